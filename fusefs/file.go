@@ -1,0 +1,197 @@
+package fusefs
+
+import (
+	"context"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"cairn/layer"
+)
+
+// file is an open file of the mount.
+type file struct {
+	f    layer.File
+	path string // at open time, for log lines
+	st   *state
+}
+
+var (
+	_ fs.FileReader          = (*file)(nil)
+	_ fs.FileWriter          = (*file)(nil)
+	_ fs.FileFlusher         = (*file)(nil)
+	_ fs.FileFsyncer         = (*file)(nil)
+	_ fs.FileReleaser        = (*file)(nil)
+	_ fs.FileGetattrer       = (*file)(nil)
+	_ fs.FileSetattrer       = (*file)(nil)
+	_ fs.FileAllocater       = (*file)(nil)
+	_ fs.FileLseeker         = (*file)(nil)
+	_ fs.FileGetlker         = (*file)(nil)
+	_ fs.FileSetlker         = (*file)(nil)
+	_ fs.FileSetlkwer        = (*file)(nil)
+	_ fs.FilePassthroughFder = (*file)(nil)
+)
+
+func (st *state) newFile(f layer.File, path string) *file {
+	return &file{f: f, path: path, st: st}
+}
+
+func (f *file) PassthroughFd() (int, bool) {
+	if !f.st.passthrough {
+		return -1, false
+	}
+	return f.f.PassthroughFd()
+}
+
+func (f *file) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	n, err := f.f.ReadAt(callerCtx(ctx), dest, off)
+	if err != nil && !isEOF(err) {
+		return nil, f.st.errno("read", f.path, err)
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+func (f *file) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	n, err := f.f.WriteAt(callerCtx(ctx), data, off)
+	if err != nil {
+		return uint32(n), f.st.errno("write", f.path, err)
+	}
+	return uint32(n), 0
+}
+
+func (f *file) Flush(ctx context.Context) syscall.Errno {
+	return f.st.errno("flush", f.path, f.f.Flush(callerCtx(ctx)))
+}
+
+func (f *file) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	return f.st.errno("fsync", f.path, f.f.Fsync(callerCtx(ctx), flags&1 != 0))
+}
+
+func (f *file) Release(ctx context.Context) syscall.Errno {
+	return f.st.errno("release", f.path, f.f.Release(callerCtx(ctx)))
+}
+
+func (f *file) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
+	a, err := f.f.Getattr(callerCtx(ctx))
+	if err != nil {
+		return f.st.errno("getattr", f.path, err)
+	}
+	fillAttr(&a, &out.Attr)
+	return 0
+}
+
+func (f *file) Setattr(ctx context.Context, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	// Node.Setattr handles both cases; it is reached with this file.
+	return syscall.ENOTSUP
+}
+
+func (f *file) Allocate(ctx context.Context, off uint64, size uint64, mode uint32) syscall.Errno {
+	return f.st.errno("fallocate", f.path, f.f.Allocate(callerCtx(ctx), int64(off), int64(size), mode))
+}
+
+func (f *file) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	o, err := f.f.Lseek(callerCtx(ctx), int64(off), int(whence))
+	if err != nil {
+		return 0, f.st.errno("lseek", f.path, err)
+	}
+	return uint64(o), 0
+}
+
+func (f *file) Getlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) syscall.Errno {
+	l := layer.Lock{Start: lk.Start, End: lk.End, Type: lk.Typ, Pid: lk.Pid}
+	r, err := f.f.Getlk(callerCtx(ctx), owner, &l, flags)
+	if err != nil {
+		return f.st.errno("getlk", f.path, err)
+	}
+	*out = fuse.FileLock{Start: r.Start, End: r.End, Typ: r.Type, Pid: r.Pid}
+	return 0
+}
+
+func (f *file) Setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	l := layer.Lock{Start: lk.Start, End: lk.End, Type: lk.Typ, Pid: lk.Pid}
+	return f.st.errno("setlk", f.path, f.f.Setlk(callerCtx(ctx), owner, &l, flags, false))
+}
+
+func (f *file) Setlkw(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	l := layer.Lock{Start: lk.Start, End: lk.End, Type: lk.Typ, Pid: lk.Pid}
+	return f.st.errno("setlkw", f.path, f.f.Setlk(callerCtx(ctx), owner, &l, flags, true))
+}
+
+// dir is an open directory. The listing is read on the first readdir and
+// again after a rewind; offsets are positions in it.
+type dir struct {
+	n      *node
+	path   string
+	ents   []layer.DirEntry
+	loaded bool
+	pos    int
+	last   *layer.DirEntry
+}
+
+var (
+	_ fs.FileReaddirenter = (*dir)(nil)
+	_ fs.FileLookuper     = (*dir)(nil)
+	_ fs.FileSeekdirer    = (*dir)(nil)
+	_ fs.FileFsyncdirer   = (*dir)(nil)
+	_ fs.FileReleasedirer = (*dir)(nil)
+)
+
+func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	p, ok := n.path()
+	if !ok {
+		return nil, 0, syscall.ENOENT
+	}
+	a, err := n.st.top.Getattr(callerCtx(ctx), p)
+	if err != nil {
+		return nil, 0, n.st.errno("opendir", p, err)
+	}
+	if !a.IsDir() {
+		return nil, 0, syscall.ENOTDIR
+	}
+	return &dir{n: n, path: p}, 0, 0
+}
+
+func (d *dir) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	if !d.loaded {
+		ents, err := d.n.st.top.ReadDir(callerCtx(ctx), d.path, true)
+		if err != nil {
+			return nil, d.n.st.errno("readdir", d.path, err)
+		}
+		d.ents, d.loaded, d.pos = ents, true, 0
+	}
+	if d.pos >= len(d.ents) {
+		d.last = nil
+		return nil, 0
+	}
+	e := &d.ents[d.pos]
+	d.pos++
+	d.last = e
+	return &fuse.DirEntry{Name: e.Name, Mode: e.Mode, Ino: e.Ino, Off: uint64(d.pos)}, 0
+}
+
+// Lookup serves READDIRPLUS with the attributes that came with the listing.
+func (d *dir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if e := d.last; e != nil && e.Name == name && e.Attr != nil {
+		return d.n.newChild(ctx, e.Attr, out), 0
+	}
+	return d.n.Lookup(ctx, name, out)
+}
+
+func (d *dir) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	if off == 0 {
+		d.loaded = false
+		return 0
+	}
+	if !d.loaded || off > uint64(len(d.ents)) {
+		return syscall.EINVAL
+	}
+	d.pos = int(off)
+	return 0
+}
+
+func (d *dir) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
+	return d.n.st.errno("fsyncdir", d.path, d.n.st.top.SyncDir(callerCtx(ctx), d.path))
+}
+
+func (d *dir) Releasedir(ctx context.Context, releaseFlags uint32) {}

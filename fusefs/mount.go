@@ -1,0 +1,169 @@
+package fusefs
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"cairn/layer"
+)
+
+// Options are the mount's options.
+type Options struct {
+	// AllowOther lets users other than the mounter use the mount; the
+	// kernel then checks permissions (default_permissions).
+	AllowOther bool
+	// Timeouts of the kernel's caches of entries, attributes and missing
+	// names. Zero values take the defaults below; negative ones disable.
+	EntryTimeout, AttrTimeout, NegativeTimeout time.Duration
+	// NoPassthrough disables FUSE passthrough even where it is safe.
+	NoPassthrough bool
+	// FsName is shown as the source in /proc/mounts.
+	FsName string
+	// Debug logs every FUSE request.
+	Debug  bool
+	Logger *slog.Logger
+	// LowerDirs are the directories the stack reads; a mountpoint inside
+	// one of them is refused.
+	LowerDirs []string
+}
+
+// Default cache timeouts.
+const (
+	DefaultEntryTimeout    = time.Second
+	DefaultAttrTimeout     = time.Second
+	DefaultNegativeTimeout = time.Second
+)
+
+// Server is a mounted stack.
+type Server struct {
+	*fuse.Server
+	Mountpoint  string
+	Passthrough bool // files may be handed to the kernel
+}
+
+func timeout(d, def time.Duration) *time.Duration {
+	switch {
+	case d == 0:
+		d = def
+	case d < 0:
+		d = 0
+	}
+	return &d
+}
+
+// CheckMountpoint refuses a mountpoint inside (or equal to) a lower
+// directory: the stack would see its own mount.
+func CheckMountpoint(mountpoint string, lowers []string) error {
+	mp, err := filepath.Abs(mountpoint)
+	if err != nil {
+		return err
+	}
+	if r, err := filepath.EvalSymlinks(mp); err == nil {
+		mp = r
+	}
+	for _, l := range lowers {
+		ld, err := filepath.Abs(l)
+		if err != nil {
+			continue
+		}
+		if r, err := filepath.EvalSymlinks(ld); err == nil {
+			ld = r
+		}
+		if mp == ld || strings.HasPrefix(mp, ld+"/") || ld == "/" {
+			return fmt.Errorf("mountpoint %s is inside the lower directory %s: the stack would see itself; choose a mountpoint outside it", mountpoint, l)
+		}
+	}
+	return nil
+}
+
+// Mount mounts top at mountpoint and returns once the mount is ready.
+func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if err := CheckMountpoint(mountpoint, o.LowerDirs); err != nil {
+		return nil, err
+	}
+	st := &state{
+		top:         top,
+		passthrough: !o.NoPassthrough && layer.StackChanges(top)&layer.ChangesData == 0,
+		log:         o.Logger,
+	}
+	ra, err := top.Getattr(context.Background(), "")
+	if err != nil {
+		return nil, fmt.Errorf("the stack's root cannot be read: %w", err)
+	}
+	if !ra.IsDir() {
+		return nil, fmt.Errorf("the stack's root is not a directory")
+	}
+	st.root = &node{st: st}
+	fsname := o.FsName
+	if fsname == "" {
+		fsname = "cairn"
+	}
+	mopts := fuse.MountOptions{
+		AllowOther:   o.AllowOther,
+		FsName:       fsname,
+		Name:         "cairn",
+		MaxWrite:     1 << 20,
+		MaxReadAhead: 1 << 20,
+		EnableLocks:  true,
+		DirectMount:  true,
+		Debug:        o.Debug,
+		Logger:       log.New(&slogWriter{o.Logger}, "", 0),
+		// FUSE asks for security.capability before every write; the
+		// answer is always "none" for us, so let go-fuse give it.
+		IgnoreSecurityLabels: true,
+	}
+	// default_permissions: the kernel checks modes, owners and the sticky
+	// bit against the attributes we report, for every caller.
+	mopts.Options = append(mopts.Options, "default_permissions")
+	opts := &fs.Options{
+		MountOptions:    mopts,
+		EntryTimeout:    timeout(o.EntryTimeout, DefaultEntryTimeout),
+		AttrTimeout:     timeout(o.AttrTimeout, DefaultAttrTimeout),
+		NegativeTimeout: timeout(o.NegativeTimeout, DefaultNegativeTimeout),
+		RootStableAttr:  &fs.StableAttr{Mode: syscall.S_IFDIR, Ino: ra.Ino},
+		Logger:          log.New(&slogWriter{o.Logger}, "", 0),
+	}
+	srv, err := fs.Mount(mountpoint, st.root, opts)
+	if err != nil {
+		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
+	}
+	return &Server{Server: srv, Mountpoint: mountpoint, Passthrough: st.passthrough}, nil
+}
+
+// slogWriter carries go-fuse's log lines into slog.
+type slogWriter struct{ l *slog.Logger }
+
+func (w *slogWriter) Write(p []byte) (int, error) {
+	w.l.Debug(strings.TrimRight(string(p), "\n"), "from", "go-fuse")
+	return len(p), nil
+}
+
+// Unmount unmounts mountpoint, lazily if it is busy and lazy is set.
+func Unmount(mountpoint string, lazy bool) error {
+	flags := 0
+	if lazy {
+		flags = syscall.MNT_DETACH
+	}
+	err := syscall.Unmount(mountpoint, flags)
+	if err == syscall.EPERM && os.Geteuid() != 0 {
+		args := []string{"-u", mountpoint}
+		if lazy {
+			args = []string{"-u", "-z", mountpoint}
+		}
+		return runFusermount(args)
+	}
+	return err
+}

@@ -1,0 +1,9 @@
+module cairn
+
+go 1.26.0
+
+require (
+	github.com/BurntSushi/toml v1.6.0
+	github.com/hanwen/go-fuse/v2 v2.12.1
+	golang.org/x/sys v0.49.0
+)

@@ -1,0 +1,269 @@
+// Package layer is cairn's stacking interface: the operations of a POSIX
+// file system, expressed over paths, with no dependency on FUSE.
+//
+// A layer is an FS. It wraps one lower FS (most layers) or several (fan-out
+// layers such as union, replica and shard). Following Wrapfs, a layer that
+// changes nothing is a few lines: embed Base, which forwards every operation
+// to the lower layer, and override only the hooks that make the layer
+// different. Open files are File values; BaseFile forwards likewise.
+//
+// Paths are relative to the layer's root, slash-separated, without a leading
+// slash; the root itself is "". Errors are syscall.Errno values where the
+// errno matters (ENOENT, EEXIST, ...); any other error reaches the
+// application as EIO.
+//
+// The identity of the calling process travels in the context: see CallerOf.
+package layer
+
+import (
+	"context"
+	"errors"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// FS is one layer of a stack.
+type FS interface {
+	// Getattr returns the attributes of path without following a final
+	// symbolic link (lstat). It is also the lookup operation.
+	Getattr(ctx context.Context, path string) (Attr, error)
+	// Setattr changes the attributes selected by in.Valid.
+	Setattr(ctx context.Context, path string, in *SetAttr) (Attr, error)
+	// ReadDir lists a directory, without "." and "..". With plus set, the
+	// entries carry their attributes where the layer can give them cheaply.
+	ReadDir(ctx context.Context, path string, plus bool) ([]DirEntry, error)
+
+	// Open opens an existing file. flags are open(2) flags.
+	Open(ctx context.Context, path string, flags int) (File, error)
+	// Create creates and opens a regular file (O_CREAT is implied).
+	Create(ctx context.Context, path string, flags int, mode uint32) (File, Attr, error)
+	Mkdir(ctx context.Context, path string, mode uint32) (Attr, error)
+	// Mknod creates a device, FIFO or socket; mode includes the type bits.
+	Mknod(ctx context.Context, path string, mode uint32, rdev uint64) (Attr, error)
+	Symlink(ctx context.Context, target, path string) (Attr, error)
+	Readlink(ctx context.Context, path string) (string, error)
+	// Link makes newpath a hard link to oldpath.
+	Link(ctx context.Context, oldpath, newpath string) (Attr, error)
+	Unlink(ctx context.Context, path string) error
+	Rmdir(ctx context.Context, path string) error
+	// Rename takes renameat2 flags: RENAME_NOREPLACE, RENAME_EXCHANGE.
+	Rename(ctx context.Context, oldpath, newpath string, flags uint32) error
+
+	// Getxattr copies the value into dest and returns its size; with an
+	// empty dest it returns the size only (ERANGE if dest is too small).
+	Getxattr(ctx context.Context, path, name string, dest []byte) (int, error)
+	Setxattr(ctx context.Context, path, name string, value []byte, flags int) error
+	// Listxattr returns the NUL-separated names, with getxattr's size rules.
+	Listxattr(ctx context.Context, path string, dest []byte) (int, error)
+	Removexattr(ctx context.Context, path, name string) error
+
+	Statfs(ctx context.Context, path string) (Statfs, error)
+	// SyncDir makes the directory's entries durable (fsync of a directory).
+	SyncDir(ctx context.Context, path string) error
+
+	// Lowers returns the layers this one stacks over (none for a bottom
+	// layer). Tools walk the stack through it.
+	Lowers() []FS
+	// Changes declares what this layer itself changes; see Changes.
+	Changes() Changes
+	// Close releases the layer's own resources (not its lowers').
+	Close() error
+}
+
+// File is an open file of a layer.
+type File interface {
+	ReadAt(ctx context.Context, p []byte, off int64) (int, error)
+	// WriteAt writes p at off. A file opened with O_APPEND writes at its end
+	// whatever off says.
+	WriteAt(ctx context.Context, p []byte, off int64) (int, error)
+	Getattr(ctx context.Context) (Attr, error)
+	Setattr(ctx context.Context, in *SetAttr) (Attr, error)
+	// Flush is called on each close(2) of a descriptor.
+	Flush(ctx context.Context) error
+	Fsync(ctx context.Context, datasync bool) error
+	// Release is the last close: the File is not used afterwards.
+	Release(ctx context.Context) error
+	// Allocate is fallocate(2).
+	Allocate(ctx context.Context, off, length int64, mode uint32) error
+	// Lseek serves SEEK_DATA and SEEK_HOLE.
+	Lseek(ctx context.Context, off int64, whence int) (int64, error)
+	// CopyFileRange copies to dst, which is a File of the same layer.
+	CopyFileRange(ctx context.Context, offIn int64, dst File, offOut int64, n int64, flags uint32) (int64, error)
+
+	// Getlk, Setlk and Setlkw are POSIX byte-range locks (fcntl); with
+	// LockFlock set in flags, Setlk and Setlkw are flock(2) locks.
+	Getlk(ctx context.Context, owner uint64, lk *Lock, flags uint32) (Lock, error)
+	Setlk(ctx context.Context, owner uint64, lk *Lock, flags uint32, wait bool) error
+
+	// PassthroughFd returns a descriptor of the lower file whose bytes are
+	// exactly this file's bytes, so the kernel may do the I/O itself. A layer
+	// that changes data must return false (the frontend also refuses
+	// passthrough when any layer of the stack declares ChangesData).
+	PassthroughFd() (int, bool)
+}
+
+// Changes says what a layer changes on its way down. The frontend uses it to
+// decide when kernel passthrough and caching are safe; `cairn explain`
+// prints it.
+type Changes uint8
+
+const (
+	ChangesNames     Changes = 1 << iota // file names differ below
+	ChangesData                          // file contents differ below
+	ChangesAttrs                         // sizes, modes or times differ below
+	ChangesPlacement                     // objects are spread over several lowers
+)
+
+func (c Changes) String() string {
+	if c == 0 {
+		return "nothing"
+	}
+	s := ""
+	for i, n := range []string{"names", "data", "attributes", "placement"} {
+		if c&(1<<i) != 0 {
+			if s != "" {
+				s += ", "
+			}
+			s += n
+		}
+	}
+	return s
+}
+
+// StackChanges is the union of what fs and every layer below it change.
+func StackChanges(fs FS) Changes {
+	c := fs.Changes()
+	for _, l := range fs.Lowers() {
+		c |= StackChanges(l)
+	}
+	return c
+}
+
+// Walk calls fn for fs and every layer below it, depth first, each once.
+func Walk(fs FS, fn func(FS)) {
+	seen := map[FS]bool{}
+	var walk func(FS)
+	walk = func(f FS) {
+		if seen[f] {
+			return
+		}
+		seen[f] = true
+		for _, l := range f.Lowers() {
+			walk(l)
+		}
+		fn(f)
+	}
+	walk(fs)
+}
+
+// CloseStack closes fs and every layer below it, bottom first.
+func CloseStack(fs FS) error {
+	var errs []error
+	Walk(fs, func(f FS) {
+		if err := f.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// Time is a timestamp with nanoseconds.
+type Time = unix.Timespec
+
+// Attr are a file's attributes, as stat(2) gives them.
+type Attr struct {
+	Ino     uint64
+	Size    uint64
+	Blocks  uint64 // 512-byte blocks
+	Atime   Time
+	Mtime   Time
+	Ctime   Time
+	Mode    uint32 // type bits and permissions
+	Nlink   uint32
+	Uid     uint32
+	Gid     uint32
+	Rdev    uint64
+	Blksize uint32
+}
+
+// AttrFromStat converts a stat(2) result.
+func AttrFromStat(st *unix.Stat_t) Attr {
+	return Attr{
+		Ino: st.Ino, Size: uint64(st.Size), Blocks: uint64(st.Blocks),
+		Atime: st.Atim, Mtime: st.Mtim, Ctime: st.Ctim,
+		Mode: st.Mode, Nlink: uint32(st.Nlink), Uid: st.Uid, Gid: st.Gid,
+		Rdev: st.Rdev, Blksize: uint32(st.Blksize),
+	}
+}
+
+// IsDir, IsRegular and IsSymlink test the type bits.
+func (a *Attr) IsDir() bool     { return a.Mode&unix.S_IFMT == unix.S_IFDIR }
+func (a *Attr) IsRegular() bool { return a.Mode&unix.S_IFMT == unix.S_IFREG }
+func (a *Attr) IsSymlink() bool { return a.Mode&unix.S_IFMT == unix.S_IFLNK }
+
+// SetAttrMask selects the fields of SetAttr to apply.
+type SetAttrMask uint32
+
+const (
+	SetMode SetAttrMask = 1 << iota
+	SetUid
+	SetGid
+	SetSize
+	SetAtime    // to SetAttr.Atime
+	SetMtime    // to SetAttr.Mtime
+	SetAtimeNow // to the current time
+	SetMtimeNow
+)
+
+// SetAttr is a setattr request (chmod, chown, truncate, utimensat).
+type SetAttr struct {
+	Valid SetAttrMask
+	Mode  uint32 // permission bits only
+	Uid   uint32
+	Gid   uint32
+	Size  uint64
+	Atime Time
+	Mtime Time
+}
+
+// DirEntry is one name in a directory.
+type DirEntry struct {
+	Name string
+	Mode uint32 // type bits; 0 if unknown
+	Ino  uint64
+	// Attr is set when ReadDir was asked for attributes and had them.
+	Attr *Attr
+}
+
+// Statfs is statfs(2).
+type Statfs struct {
+	Blocks, Bfree, Bavail uint64
+	Files, Ffree          uint64
+	Bsize, Frsize         uint32
+	NameLen               uint32
+}
+
+// Lock is a byte-range lock, as fcntl(F_GETLK) gives it.
+type Lock struct {
+	Start uint64
+	End   uint64 // inclusive; ^uint64(0) means to the end of the file
+	Type  uint32 // F_RDLCK, F_WRLCK, F_UNLCK
+	Pid   uint32
+}
+
+// LockFlock in Setlk's flags marks a flock(2) lock.
+const LockFlock = 1
+
+// Errno extracts the errno an error stands for: the Errno itself, or EIO for
+// any other error. nil gives 0.
+func Errno(err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	return syscall.EIO
+}

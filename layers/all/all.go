@@ -1,0 +1,9 @@
+// Package all links every layer type into a program: import it for its
+// side effect of registering them.
+package all
+
+import (
+	_ "cairn/layers/local"
+	_ "cairn/layers/mux"
+	_ "cairn/layers/null"
+)

@@ -1,0 +1,451 @@
+// Package local is the bottom layer: a real directory.
+//
+// Every access goes through a descriptor of the root directory with openat2
+// (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS) for the
+// directories on the way and *at calls that do not follow a final symbolic
+// link, so no path, symlink or ".." in the directory can lead outside it,
+// even if the directory changes under us. Only open files hold descriptors,
+// so the number of descriptors does not grow with the number of files.
+//
+// Objects are created with the caller's identity: the creating thread takes
+// the caller's fsuid, fsgid and supplementary groups, so ownership, setgid
+// directories and the lower file system's own permission checks are right.
+package local
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"cairn/layer"
+)
+
+// FS is a local directory as a layer.
+type FS struct {
+	root    string
+	rootFd  int
+	asOwner bool // running as root: create objects as the caller
+}
+
+var _ layer.FS = (*FS)(nil)
+
+// New opens the directory at root.
+func New(root string) (*FS, error) {
+	fd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("local: cannot open directory %s: %w", root, err)
+	}
+	return &FS{root: root, rootFd: fd, asOwner: os.Geteuid() == 0}, nil
+}
+
+// Root is the directory's path.
+func (fs *FS) Root() string { return fs.root }
+
+func (fs *FS) Lowers() []layer.FS     { return nil }
+func (fs *FS) Changes() layer.Changes { return 0 }
+func (fs *FS) Close() error           { return unix.Close(fs.rootFd) }
+
+const resolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
+
+// openFlags are the open(2) flags openat2 accepts from a caller; the
+// kernel's FUSE requests may carry internal bits that openat2 refuses.
+const openFlags = unix.O_ACCMODE | unix.O_APPEND | unix.O_CREAT | unix.O_EXCL | unix.O_TRUNC |
+	unix.O_NONBLOCK | unix.O_DSYNC | unix.O_SYNC | unix.O_DIRECT | unix.O_NOATIME |
+	unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_PATH | unix.O_LARGEFILE
+
+// openat opens path below the root.
+func (fs *FS) openat(path string, flags int, mode uint32) (int, error) {
+	if path == "" {
+		path = "."
+	}
+	flags &= openFlags
+	mode &= 0o7777
+	for {
+		fd, err := unix.Openat2(fs.rootFd, path, &unix.OpenHow{
+			Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: resolve,
+		})
+		if err == unix.EINTR || err == unix.EAGAIN {
+			continue
+		}
+		return fd, err
+	}
+}
+
+// inDir runs fn with a descriptor of path's directory and path's last name.
+func (fs *FS) inDir(path string, fn func(dirfd int, name string) error) error {
+	if path == "" {
+		// The root itself: address it as "." in the root.
+		return fn(fs.rootFd, ".")
+	}
+	dir, name := layer.Split(path)
+	if dir == "" {
+		return fn(fs.rootFd, name)
+	}
+	dfd, err := fs.openat(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	return fn(dfd, name)
+}
+
+func (fs *FS) lstatAt(dirfd int, name string) (layer.Attr, error) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return layer.Attr{}, err
+	}
+	return layer.AttrFromStat(&st), nil
+}
+
+func (fs *FS) Getattr(ctx context.Context, path string) (a layer.Attr, err error) {
+	err = fs.inDir(path, func(dfd int, name string) error {
+		a, err = fs.lstatAt(dfd, name)
+		return err
+	})
+	return a, err
+}
+
+func (fs *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (layer.Attr, error) {
+	var a layer.Attr
+	err := fs.inDir(path, func(dfd int, name string) error {
+		if in.Valid&layer.SetSize != 0 {
+			fd, err := fs.openat(path, unix.O_WRONLY|unix.O_NOFOLLOW, 0)
+			if err != nil {
+				return err
+			}
+			err = unix.Ftruncate(fd, int64(in.Size))
+			unix.Close(fd)
+			if err != nil {
+				return err
+			}
+		}
+		if err := setattrAt(dfd, name, in); err != nil {
+			return err
+		}
+		var err error
+		a, err = fs.lstatAt(dfd, name)
+		return err
+	})
+	return a, err
+}
+
+// setattrAt applies mode, owner and times (not size) to dirfd/name without
+// following a final symlink.
+func setattrAt(dfd int, name string, in *layer.SetAttr) error {
+	if in.Valid&(layer.SetUid|layer.SetGid) != 0 {
+		uid, gid := -1, -1
+		if in.Valid&layer.SetUid != 0 {
+			uid = int(in.Uid)
+		}
+		if in.Valid&layer.SetGid != 0 {
+			gid = int(in.Gid)
+		}
+		if err := unix.Fchownat(dfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return err
+		}
+	}
+	if in.Valid&layer.SetMode != 0 {
+		if err := fchmodat2(dfd, name, in.Mode&07777, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return err
+		}
+	}
+	if ts, ok := times(in); ok {
+		if err := unix.UtimesNanoAt(dfd, name, ts[:], unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// times gives utimensat's argument for in, and whether times are set at all.
+func times(in *layer.SetAttr) ([2]unix.Timespec, bool) {
+	ts := [2]unix.Timespec{{Nsec: unix.UTIME_OMIT}, {Nsec: unix.UTIME_OMIT}}
+	ok := false
+	if in.Valid&layer.SetAtimeNow != 0 {
+		ts[0], ok = unix.Timespec{Nsec: unix.UTIME_NOW}, true
+	} else if in.Valid&layer.SetAtime != 0 {
+		ts[0], ok = in.Atime, true
+	}
+	if in.Valid&layer.SetMtimeNow != 0 {
+		ts[1], ok = unix.Timespec{Nsec: unix.UTIME_NOW}, true
+	} else if in.Valid&layer.SetMtime != 0 {
+		ts[1], ok = in.Mtime, true
+	}
+	return ts, ok
+}
+
+// fchmodat2 is fchmodat with flags (Linux 6.6+), which can refuse to follow
+// a symlink; chmod of a symlink itself gives EOPNOTSUPP, as on any Linux.
+func fchmodat2(dfd int, name string, mode uint32, flags int) error {
+	p, err := unix.BytePtrFromString(name)
+	if err != nil {
+		return err
+	}
+	_, _, e := unix.Syscall6(unix.SYS_FCHMODAT2, uintptr(dfd), uintptr(unsafe.Pointer(p)), uintptr(mode), uintptr(flags), 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+func (fs *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirEntry, error) {
+	fd, err := fs.openat(path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	ents, err := readDirents(fd)
+	if err != nil || !plus {
+		return ents, err
+	}
+	for i := range ents {
+		if a, err := fs.lstatAt(fd, ents[i].Name); err == nil {
+			ents[i].Attr = &a
+		}
+	}
+	return ents, nil
+}
+
+// readDirents lists an open directory with getdents64.
+func readDirents(fd int) ([]layer.DirEntry, error) {
+	var out []layer.DirEntry
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n <= 0 {
+			return out, nil
+		}
+		for b := buf[:n]; len(b) > 0; {
+			// struct linux_dirent64 { u64 ino; s64 off; u16 reclen; u8 type; char name[]; }
+			ino := *(*uint64)(unsafe.Pointer(&b[0]))
+			reclen := int(*(*uint16)(unsafe.Pointer(&b[16])))
+			typ := b[18]
+			name := b[19:reclen]
+			for i, c := range name {
+				if c == 0 {
+					name = name[:i]
+					break
+				}
+			}
+			b = b[reclen:]
+			if s := string(name); s != "." && s != ".." {
+				out = append(out, layer.DirEntry{Name: s, Ino: ino, Mode: uint32(typ) << 12})
+			}
+		}
+	}
+}
+
+// asCaller runs fn on a thread whose file-system identity is the caller's,
+// so that what fn creates belongs to the caller.
+func (fs *FS) asCaller(ctx context.Context, fn func() error) error {
+	c := layer.CallerOf(ctx)
+	if !fs.asOwner || c.Uid == 0 && c.Gid == 0 {
+		return fn()
+	}
+	groups := c.Groups()
+	runtime.LockOSThread()
+	// The raw syscalls change this thread only (glibc-style all-thread
+	// set*id is exactly what we must avoid here).
+	if err := setgroups(groups); err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	unix.RawSyscall(unix.SYS_SETFSGID, uintptr(c.Gid), 0, 0)
+	unix.RawSyscall(unix.SYS_SETFSUID, uintptr(c.Uid), 0, 0)
+	err := fn()
+	unix.RawSyscall(unix.SYS_SETFSUID, 0, 0, 0)
+	unix.RawSyscall(unix.SYS_SETFSGID, 0, 0, 0)
+	if setgroups(nil) == nil {
+		runtime.UnlockOSThread()
+	} // else: the thread stays locked and dies with the goroutine's end
+	return err
+}
+
+func setgroups(g []uint32) error {
+	var p unsafe.Pointer
+	if len(g) > 0 {
+		p = unsafe.Pointer(&g[0])
+	}
+	_, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(g)), uintptr(p), 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, error) {
+	flags &^= unix.O_CREAT | unix.O_EXCL
+	fd, err := fs.openat(path, flags|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &File{fd: fd}, nil
+}
+
+func (fs *FS) Create(ctx context.Context, path string, flags int, mode uint32) (layer.File, layer.Attr, error) {
+	var fd int
+	err := fs.asCaller(ctx, func() (err error) {
+		fd, err = fs.openat(path, flags|unix.O_CREAT|unix.O_NOFOLLOW, mode)
+		return err
+	})
+	if err != nil {
+		return nil, layer.Attr{}, err
+	}
+	f := &File{fd: fd}
+	a, err := f.Getattr(ctx)
+	if err != nil {
+		unix.Close(fd)
+		return nil, layer.Attr{}, err
+	}
+	return f, a, nil
+}
+
+// createAt runs a creating call in path's directory as the caller, and
+// returns the new object's attributes.
+func (fs *FS) createAt(ctx context.Context, path string, mk func(dfd int, name string) error) (a layer.Attr, err error) {
+	err = fs.inDir(path, func(dfd int, name string) error {
+		if err := fs.asCaller(ctx, func() error { return mk(dfd, name) }); err != nil {
+			return err
+		}
+		a, err = fs.lstatAt(dfd, name)
+		return err
+	})
+	return a, err
+}
+
+func (fs *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, error) {
+	return fs.createAt(ctx, path, func(dfd int, name string) error {
+		return unix.Mkdirat(dfd, name, mode)
+	})
+}
+
+func (fs *FS) Mknod(ctx context.Context, path string, mode uint32, rdev uint64) (layer.Attr, error) {
+	return fs.createAt(ctx, path, func(dfd int, name string) error {
+		return unix.Mknodat(dfd, name, mode, int(rdev))
+	})
+}
+
+func (fs *FS) Symlink(ctx context.Context, target, path string) (layer.Attr, error) {
+	return fs.createAt(ctx, path, func(dfd int, name string) error {
+		return unix.Symlinkat(target, dfd, name)
+	})
+}
+
+func (fs *FS) Readlink(ctx context.Context, path string) (s string, err error) {
+	err = fs.inDir(path, func(dfd int, name string) error {
+		buf := make([]byte, 256)
+		for {
+			n, err := unix.Readlinkat(dfd, name, buf)
+			if err != nil {
+				return err
+			}
+			if n < len(buf) {
+				s = string(buf[:n])
+				return nil
+			}
+			buf = make([]byte, 2*len(buf))
+		}
+	})
+	return s, err
+}
+
+func (fs *FS) Link(ctx context.Context, oldpath, newpath string) (a layer.Attr, err error) {
+	err = fs.inDir(oldpath, func(odfd int, oname string) error {
+		return fs.inDir(newpath, func(ndfd int, nname string) error {
+			if err := unix.Linkat(odfd, oname, ndfd, nname, 0); err != nil {
+				return err
+			}
+			a, err = fs.lstatAt(ndfd, nname)
+			return err
+		})
+	})
+	return a, err
+}
+
+func (fs *FS) Unlink(ctx context.Context, path string) error {
+	return fs.inDir(path, func(dfd int, name string) error { return unix.Unlinkat(dfd, name, 0) })
+}
+
+func (fs *FS) Rmdir(ctx context.Context, path string) error {
+	return fs.inDir(path, func(dfd int, name string) error {
+		return unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR)
+	})
+}
+
+func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32) error {
+	return fs.inDir(oldpath, func(odfd int, oname string) error {
+		return fs.inDir(newpath, func(ndfd int, nname string) error {
+			return unix.Renameat2(odfd, oname, ndfd, nname, uint(flags))
+		})
+	})
+}
+
+// The xattr calls use the *xattrat system calls (Linux 6.13+), which work on
+// dirfd/name without following a final symlink.
+func (fs *FS) Getxattr(ctx context.Context, path, attr string, dest []byte) (n int, err error) {
+	err = fs.inDir(path, func(dfd int, name string) error {
+		n, err = getxattrat(dfd, name, attr, dest)
+		return err
+	})
+	return n, err
+}
+
+func (fs *FS) Setxattr(ctx context.Context, path, attr string, value []byte, flags int) error {
+	return fs.inDir(path, func(dfd int, name string) error {
+		return setxattrat(dfd, name, attr, value, flags)
+	})
+}
+
+func (fs *FS) Listxattr(ctx context.Context, path string, dest []byte) (n int, err error) {
+	err = fs.inDir(path, func(dfd int, name string) error {
+		n, err = listxattrat(dfd, name, dest)
+		return err
+	})
+	return n, err
+}
+
+func (fs *FS) Removexattr(ctx context.Context, path, attr string) error {
+	return fs.inDir(path, func(dfd int, name string) error {
+		return removexattrat(dfd, name, attr)
+	})
+}
+
+func (fs *FS) Statfs(ctx context.Context, path string) (layer.Statfs, error) {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(fs.rootFd, &st); err != nil {
+		return layer.Statfs{}, err
+	}
+	return layer.Statfs{
+		Blocks: st.Blocks, Bfree: st.Bfree, Bavail: st.Bavail,
+		Files: st.Files, Ffree: st.Ffree,
+		Bsize: uint32(st.Bsize), Frsize: uint32(st.Frsize), NameLen: uint32(st.Namelen),
+	}, nil
+}
+
+func (fs *FS) SyncDir(ctx context.Context, path string) error {
+	fd, err := fs.openat(path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Fsync(fd)
+}
+
+// errno turns a raw syscall result into an error.
+func errno(e syscall.Errno) error {
+	if e == 0 {
+		return nil
+	}
+	return e
+}

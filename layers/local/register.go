@@ -1,0 +1,19 @@
+package local
+
+import (
+	"cairn/layer"
+	"cairn/registry"
+)
+
+func init() {
+	registry.Register(registry.Type{
+		Name:    "local",
+		Summary: "a directory on this machine: the bottom of a stack",
+		Options: []registry.Option{
+			{Name: "path", Kind: registry.Dir, Required: true, Help: "the directory that holds the data"},
+		},
+		New: func(_ []layer.FS, o registry.Values) (layer.FS, error) {
+			return New(o.String("path"))
+		},
+	})
+}

@@ -1,0 +1,260 @@
+// Package registry holds the layer types that a stack spec can name. Each
+// layer package registers its type once, in an init function: its name, a
+// one-line summary, its options and its constructor. Adding a layer type
+// means one package and one registration.
+package registry
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"cairn/layer"
+)
+
+// Kind is an option's type.
+type Kind string
+
+const (
+	String   Kind = "string"
+	Int      Kind = "int"
+	Bool     Kind = "bool"
+	Duration Kind = "duration" // "1s", "250ms"
+	Size     Kind = "size"     // bytes: 4096, "64KiB", "1MiB"
+	Dir      Kind = "dir"      // a directory that must exist; the stack's lower storage
+	Path     Kind = "path"     // a file path
+	List     Kind = "list"     // a list of strings
+)
+
+// Option describes one option of a layer type.
+type Option struct {
+	Name     string
+	Kind     Kind
+	Default  any // nil: no default
+	Required bool
+	Allowed  []string // for String: the accepted values
+	Secret   bool     // masked by explain and in logs
+	Help     string
+}
+
+// Type is a layer type.
+type Type struct {
+	Name    string
+	Summary string
+	// MinLowers and MaxLowers bound how many layers it stacks over
+	// (MaxLowers < 0: no limit). A bottom layer has 0 and 0.
+	MinLowers, MaxLowers int
+	Options              []Option
+	// Changes is what the type changes (for explain before building).
+	Changes layer.Changes
+	// New builds the layer over its lowers with validated options.
+	New func(lowers []layer.FS, opts Values) (layer.FS, error)
+}
+
+// Option returns the named option, or nil.
+func (t *Type) Option(name string) *Option {
+	for i := range t.Options {
+		if t.Options[i].Name == name {
+			return &t.Options[i]
+		}
+	}
+	return nil
+}
+
+var (
+	mu    sync.RWMutex
+	types = map[string]*Type{}
+)
+
+// Register adds a layer type. It panics on a duplicate name: that is a
+// programming error found at start-up.
+func Register(t Type) {
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := types[t.Name]; dup {
+		panic("registry: layer type registered twice: " + t.Name)
+	}
+	types[t.Name] = &t
+}
+
+// Lookup returns the layer type called name.
+func Lookup(name string) (*Type, bool) {
+	mu.RLock()
+	defer mu.RUnlock()
+	t, ok := types[name]
+	return t, ok
+}
+
+// Types returns all layer types, sorted by name.
+func Types() []*Type {
+	mu.RLock()
+	defer mu.RUnlock()
+	var out []*Type
+	for _, t := range types {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Values are a layer's validated options, with defaults filled in.
+type Values map[string]any
+
+func (v Values) String(name string) string {
+	s, _ := v[name].(string)
+	return s
+}
+func (v Values) Int(name string) int64 {
+	n, _ := v[name].(int64)
+	return n
+}
+func (v Values) Bool(name string) bool {
+	b, _ := v[name].(bool)
+	return b
+}
+func (v Values) Duration(name string) time.Duration {
+	d, _ := v[name].(time.Duration)
+	return d
+}
+func (v Values) List(name string) []string {
+	l, _ := v[name].([]string)
+	return l
+}
+
+// Convert checks a raw value (from TOML or the inline form) against the
+// option's kind and returns the typed value. Inline values arrive as strings.
+func (o *Option) Convert(raw any) (any, error) {
+	switch o.Kind {
+	case String, Dir, Path:
+		s, ok := raw.(string)
+		if !ok {
+			return nil, fmt.Errorf("option %q must be a string, found %s", o.Name, describe(raw))
+		}
+		if len(o.Allowed) > 0 && !contains(o.Allowed, s) {
+			return nil, fmt.Errorf("option %q must be one of %s, found %q", o.Name, strings.Join(o.Allowed, ", "), s)
+		}
+		return s, nil
+	case Int:
+		switch x := raw.(type) {
+		case int64:
+			return x, nil
+		case int:
+			return int64(x), nil
+		case string:
+			n, err := strconv.ParseInt(x, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("option %q must be an integer, found %q", o.Name, x)
+			}
+			return n, nil
+		}
+		return nil, fmt.Errorf("option %q must be an integer, found %s", o.Name, describe(raw))
+	case Bool:
+		switch x := raw.(type) {
+		case bool:
+			return x, nil
+		case string:
+			b, err := strconv.ParseBool(x)
+			if err != nil {
+				return nil, fmt.Errorf("option %q must be true or false, found %q", o.Name, x)
+			}
+			return b, nil
+		}
+		return nil, fmt.Errorf("option %q must be true or false, found %s", o.Name, describe(raw))
+	case Duration:
+		s, ok := raw.(string)
+		if !ok {
+			return nil, fmt.Errorf("option %q must be a duration such as \"1s\", found %s", o.Name, describe(raw))
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return nil, fmt.Errorf("option %q must be a duration such as \"1s\" or \"250ms\", found %q", o.Name, s)
+		}
+		return d, nil
+	case Size:
+		switch x := raw.(type) {
+		case int64:
+			return x, nil
+		case int:
+			return int64(x), nil
+		case string:
+			n, err := ParseSize(x)
+			if err != nil {
+				return nil, fmt.Errorf("option %q: %v", o.Name, err)
+			}
+			return n, nil
+		}
+		return nil, fmt.Errorf("option %q must be a size such as 4096 or \"64KiB\", found %s", o.Name, describe(raw))
+	case List:
+		switch x := raw.(type) {
+		case string:
+			if x == "" {
+				return []string{}, nil
+			}
+			return strings.Split(x, "+"), nil
+		case []any:
+			var out []string
+			for _, e := range x {
+				s, ok := e.(string)
+				if !ok {
+					return nil, fmt.Errorf("option %q must be a list of strings, found an element %s", o.Name, describe(e))
+				}
+				out = append(out, s)
+			}
+			return out, nil
+		case []string:
+			return x, nil
+		}
+		return nil, fmt.Errorf("option %q must be a list of strings, found %s", o.Name, describe(raw))
+	}
+	return nil, fmt.Errorf("option %q has unknown kind %q", o.Name, o.Kind)
+}
+
+// ParseSize parses 4096, "4k", "64KiB", "1MiB", "2G".
+func ParseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	lower := strings.ToLower(t)
+	for _, u := range []struct {
+		suf string
+		m   int64
+	}{{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"kb", 1 << 10}, {"mb", 1 << 20}, {"gb", 1 << 30}, {"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30}, {"b", 1}} {
+		if strings.HasSuffix(lower, u.suf) {
+			mult = u.m
+			t = strings.TrimSpace(t[:len(t)-len(u.suf)])
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("a size must be a number of bytes such as 4096, \"64KiB\" or \"1MiB\", found %q", s)
+	}
+	return n * mult, nil
+}
+
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func describe(v any) string {
+	switch v.(type) {
+	case string:
+		return fmt.Sprintf("the string %q", v)
+	case int64, int:
+		return fmt.Sprintf("the integer %v", v)
+	case bool:
+		return fmt.Sprintf("the boolean %v", v)
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "a table"
+	}
+	return fmt.Sprintf("%T", v)
+}
