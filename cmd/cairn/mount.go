@@ -78,8 +78,11 @@ Flags:
 	specArg, mountpoint := fl.Arg(0), fl.Arg(1)
 
 	s, err := loadSpec(specArg)
+	if err == nil {
+		err = s.CheckMountpoint(mountpoint)
+	}
 	if err != nil {
-		return fail(err, exitSpec)
+		return fail(errors.New(spec.Detail(err)), exitSpec)
 	}
 	if m.logLevel == "" {
 		m.logLevel = s.LogLevel
@@ -164,8 +167,12 @@ func pick(flag, spec time.Duration) time.Duration {
 	return spec
 }
 
-// loadSpec reads a spec file.
+// loadSpec reads a spec file, or parses the inline form when arg is not an
+// existing file (see spec.LooksInline).
 func loadSpec(arg string) (*spec.Spec, error) {
+	if spec.LooksInline(arg) {
+		return spec.ParseInline(arg)
+	}
 	s, err := spec.Load(arg)
 	if err != nil {
 		if os.IsNotExist(err) {
