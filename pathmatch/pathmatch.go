@@ -5,11 +5,13 @@
 //
 // Pattern grammar:
 //
+//	text     matches
 //	*        any run of characters within one path element (not "/")
 //	?        one character, not "/"
 //	[abc]    one of the characters; [a-z] a range; [!a-z] or [^a-z] none of them
 //	{a,b}    either alternative (alternatives may hold any pattern text; nesting is allowed)
-//	**       as a whole element: zero or more path elements ("**/x", "a/**", "a/**/b")
+//	**       as a whole element: zero or more path elements ("**/x", "a/**/b";
+//	         "a/**" matches a and everything below it)
 //	\c       the character c itself
 //
 // A pattern without a "/" (apart from a trailing one) matches the last

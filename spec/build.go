@@ -115,6 +115,7 @@ func (s *Spec) CheckMountpoint(mountpoint string) error {
 			}
 		}
 	}
+	errs.fillLines(s.File, s.text)
 	return errs.err()
 }
 

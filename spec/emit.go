@@ -18,7 +18,7 @@ const Masked = "********"
 func (s *Spec) TOML(reveal bool) string {
 	var b strings.Builder
 	if s.Inline != "" {
-		fmt.Fprintf(&b, "# cairn stack spec, from the inline form %s\n", tomlQuote(s.Inline))
+		b.WriteString("# cairn stack spec, from the inline form\n")
 	}
 	fmt.Fprintf(&b, "mount = %s\n", tomlQuote(s.Mount))
 	for _, k := range s.Given {

@@ -19,7 +19,7 @@ const defaultTimeout = "1s"
 func (s *Spec) Explain(w io.Writer) {
 	src := s.File
 	if s.Inline != "" {
-		src = "the inline spec " + strings.TrimSpace(tomlQuote(s.Inline))
+		src = "the inline spec" // not its text: it may hold a secret
 	}
 	fmt.Fprintf(w, "%s mounts layer %q (%d layers)\n", src, s.Mount, len(s.Layers))
 	if who := s.dataChangers(s.Mount); len(who) == 0 {

@@ -64,6 +64,7 @@ func ParseInline(text string) (*Spec, error) {
 	c := &checker{errs: &errs, dir: ".", inline: true}
 	s = c.spec(InlineFile, root, false)
 	s.Inline = text
+	s.text = []byte(oneLine(text))
 	errs.fillLines(InlineFile, []byte(oneLine(text)))
 	return s, errs.err()
 }
@@ -212,7 +213,11 @@ func (p *inlineParser) options(l *inlineLayer) bool {
 		seen[name] = true
 		p.space()
 		if p.i >= len(p.s) || p.s[p.i] != '=' {
-			p.errorf(p.i, "expected \"=\" after option name %q, found %s", name, p.found())
+			hint := ""
+			if p.i >= len(p.s) || p.s[p.i] == ':' || p.s[p.i] == ',' {
+				hint = fmt.Sprintf(" (is the \")\" that closes %s(...) missing?)", l.typ)
+			}
+			p.errorf(p.i, "expected \"=\" after option name %q, found %s%s", name, p.found(), hint)
 			return false
 		}
 		p.i++

@@ -54,6 +54,7 @@ type Spec struct {
 	LogLevel        string
 	// Given lists the mount options the spec sets, in order.
 	Given []string
+	text  []byte // the spec's text, for the lines of later errors
 }
 
 // Layer is one [layer.NAME] table.
@@ -119,6 +120,7 @@ func Parse(file string, data []byte) (*Spec, error) {
 	syntaxErrs := len(errs) > 0
 	c := &checker{errs: &errs, dir: filepath.Dir(file)}
 	s := c.spec(file, root, syntaxErrs)
+	s.text = data
 	errs.fillLines(file, data)
 	return s, errs.err()
 }
@@ -130,6 +132,9 @@ type checker struct {
 	pos0 Pos    // where to report what is missing from the whole file
 	// inline: the spec comes from the inline form (hints differ)
 	inline bool
+	// partial: there were syntax errors, so parts of the spec are missing;
+	// do not report what is missing.
+	partial bool
 }
 
 func (c *checker) errorf(p Pos, f string, a ...any) {
@@ -140,6 +145,7 @@ func (c *checker) errorf(p Pos, f string, a ...any) {
 
 func (c *checker) spec(file string, root *table, partial bool) *Spec {
 	s := &Spec{File: file, Layers: map[string]*Layer{}}
+	c.partial = partial
 	c.pos0 = Pos{File: file} // the whole spec
 	var mountV, layersV, rulesV *value
 	for _, k := range root.order {
@@ -244,6 +250,7 @@ func (c *checker) layers(s *Spec, v *value) {
 func (c *checker) layer(l *Layer, tab *table) {
 	typeV := tab.keys["type"]
 	switch {
+	case typeV == nil && c.partial:
 	case typeV == nil:
 		c.errorf(l.Pos, "layer %q has no type: add type = \"...\" (one of %s)", l.Name, typeList())
 	case typeV.kind != vString:
@@ -252,7 +259,11 @@ func (c *checker) layer(l *Layer, tab *table) {
 		l.Type, l.TypePos = typeV.s, typeV.pos
 		t, ok := registry.Lookup(l.Type)
 		if !ok {
-			c.errorf(typeV.pos, "unknown layer type %q%s (known types: %s)", l.Type, didYouMean(l.Type, typeNames()), typeList())
+			if dym := didYouMean(l.Type, typeNames()); dym != "" {
+				c.errorf(typeV.pos, "unknown layer type %q%s", l.Type, dym)
+			} else {
+				c.errorf(typeV.pos, "unknown layer type %q (known types: %s)", l.Type, typeList())
+			}
 		} else {
 			l.t = t
 		}
@@ -290,8 +301,12 @@ func (c *checker) layer(l *Layer, tab *table) {
 		}
 		if l.t.Option(k) == nil {
 			bad = true
-			c.errorf(v.keyPos, "layer %q (type %s) has no option %q%s (%s)", l.Name, l.t.Name, k,
-				didYouMean(k, append(optionNames(l.t.Options), "type", "over")), optionsOf(l.t))
+			hint := ""
+			if contains(topKeys, k) && !c.inline {
+				hint = fmt.Sprintf("; %s is a top-level key: move it above the first [table]", k)
+			}
+			c.errorf(v.keyPos, "layer %q (type %s) has no option %q%s (%s)%s", l.Name, l.t.Name, k,
+				didYouMean(k, append(optionNames(l.t.Options), "type", "over")), optionsOf(l.t), hint)
 			continue
 		}
 	}
@@ -314,7 +329,9 @@ func (c *checker) values(what string, at Pos, opts []registry.Option, tab *table
 		o := &opts[i]
 		v := tab.keys[o.Name]
 		if v == nil {
-			if o.Required {
+			if o.Required && c.partial {
+				ok = false
+			} else if o.Required {
 				ok = false
 				c.errorf(at, "%s is missing option %q: %s (%s)", what, o.Name, o.Help, kindWant(o))
 			} else if o.Default != nil {
@@ -406,6 +423,7 @@ func (c *checker) rule(s *Spec, tab *table) {
 	lv := tab.keys["layer"]
 	var l *Layer
 	switch {
+	case lv == nil && c.partial:
 	case lv == nil:
 		c.errorf(r.Pos, "rule has no layer: add layer = \"NAME\", the layer it is for")
 	case lv.kind != vString:
@@ -462,6 +480,9 @@ func (c *checker) rule(s *Spec, tab *table) {
 func (c *checker) patterns(tab *table, key string, required bool) ([]string, bool) {
 	v := tab.keys[key]
 	if v == nil {
+		if required && c.partial {
+			return nil, false
+		}
 		if required {
 			c.errorf(tab.pos, "rule has no match: add match = \"PATTERN\" or a list of patterns, such as \"*.log\" or \"docs/**\"")
 			return nil, false
@@ -538,8 +559,6 @@ func (c *checker) graph(s *Spec, mountV *value) {
 				c.errorf(p, "layer %q lists %q twice in over", name, o)
 			case usedBy[o] != "":
 				c.errorf(p, "layer %q is already under layer %q (line %d); a layer can be under only one other (define a second layer of the same type for a second view)", o, usedBy[o], s.Layers[usedBy[o]].Pos.Line)
-			case o == s.Mount:
-				c.errorf(p, "layer %q is mounted, so it cannot also be under layer %q", o, name)
 			default:
 				usedBy[o] = name
 			}

@@ -199,6 +199,9 @@ func parseTOML(src *source, errs *ErrorList) *table {
 }
 
 func syntaxMessage(m string) string {
+	if strings.Contains(m, "at start of value") {
+		m += " (a string needs quotes, as in path = \"/srv/data\")"
+	}
 	return "TOML syntax: " + m
 }
 

@@ -57,7 +57,9 @@ func runMount(args []string) int {
 	fl.Usage = func() {
 		fmt.Fprintf(fl.Output(), `Usage: cairn mount [flags] SPEC MOUNTPOINT
 
-Mounts the stack that SPEC describes at MOUNTPOINT. The command returns once
+Mounts the stack that SPEC describes at MOUNTPOINT. SPEC is a spec file or the
+inline form, such as 'null:/srv/data' (see docs/spec.md); it is checked as
+'cairn check SPEC MOUNTPOINT' does before anything is mounted. The command returns once
 the mount is ready and the file system is served by a background process; with
 -f it stays in the foreground until Ctrl-C, SIGTERM or 'cairn umount'.
 
