@@ -102,7 +102,7 @@ Flags:
 		return daemonize(args)
 	}
 
-	logger, closeLog, err := newLogger(m, level, readyFd != "")
+	logger, closeLog, err := newLogger(m, level, readyFd != "" && !m.foreground)
 	if err != nil {
 		return fail(err, exitFailed)
 	}
