@@ -59,16 +59,16 @@ func TestMatch(t *testing.T) {
 
 func TestErrors(t *testing.T) {
 	cases := map[string]string{
-		"a**":     `bad pattern "a**" at column 2: ** must be a whole path element, as in a/**/b`,
-		"a//b":    `bad pattern "a//b" at column 3: empty path element (two slashes in a row)`,
-		"[abc":    `bad pattern "[abc" at column 4: [ is not closed by ]`,
-		"x[z-a]":  `bad pattern "x[z-a]" at column 2: range z-a is backwards`,
-		"{a,b":    `bad pattern "{a,b" at column 1: { is not closed by }`,
-		"a}":      `bad pattern "a}" at column 2: } without {`,
-		`a\`:      `bad pattern "a\\" at column 2: \ at the end escapes nothing`,
-		"../x":    `bad pattern "../x" at column 1: ".." is not allowed: paths are relative to the layer's root`,
-		"a/./b":   `bad pattern "a/./b" at column 3: "." is not allowed: paths are relative to the layer's root`,
-		"{a,b}**": `bad pattern "{a,b}**" at column 6: ** must be a whole path element, as in a/**/b`,
+		"a**":                      `bad pattern "a**" at column 2: ** must be a whole path element, as in a/**/b`,
+		"a//b":                     `bad pattern "a//b" at column 3: empty path element (two slashes in a row)`,
+		"[abc":                     `bad pattern "[abc" at column 4: [ is not closed by ]`,
+		"x[z-a]":                   `bad pattern "x[z-a]" at column 2: range z-a is backwards`,
+		"{a,b":                     `bad pattern "{a,b" at column 1: { is not closed by }`,
+		"a}":                       `bad pattern "a}" at column 2: } without {`,
+		`a\`:                       `bad pattern "a\\" at column 2: \ at the end escapes nothing`,
+		"../x":                     `bad pattern "../x" at column 1: ".." is not allowed: paths are relative to the layer's root`,
+		"a/./b":                    `bad pattern "a/./b" at column 3: "." is not allowed: paths are relative to the layer's root`,
+		"{a,b}**":                  `bad pattern "{a,b}**" at column 6: ** must be a whole path element, as in a/**/b`,
 		strings.Repeat("{a,b}", 9): `bad pattern "` + strings.Repeat("{a,b}", 9) + `" at column 41: braces expand to more than 256 patterns`,
 	}
 	for pat, want := range cases {
