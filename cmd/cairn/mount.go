@@ -57,7 +57,9 @@ func runMount(args []string) int {
 	fl.Usage = func() {
 		fmt.Fprintf(fl.Output(), `Usage: cairn mount [flags] SPEC MOUNTPOINT
 
-Mounts the stack that SPEC describes at MOUNTPOINT. The command returns once
+Mounts the stack that SPEC describes at MOUNTPOINT. SPEC is a spec file or the
+inline form, such as 'null:/srv/data' (see docs/spec.md); it is checked as
+'cairn check SPEC MOUNTPOINT' does before anything is mounted. The command returns once
 the mount is ready and the file system is served by a background process; with
 -f it stays in the foreground until Ctrl-C, SIGTERM or 'cairn umount'.
 
@@ -78,8 +80,11 @@ Flags:
 	specArg, mountpoint := fl.Arg(0), fl.Arg(1)
 
 	s, err := loadSpec(specArg)
+	if err == nil {
+		err = s.CheckMountpoint(mountpoint)
+	}
 	if err != nil {
-		return fail(err, exitSpec)
+		return fail(errors.New(spec.Detail(err)), exitSpec)
 	}
 	if m.logLevel == "" {
 		m.logLevel = s.LogLevel
@@ -164,8 +169,12 @@ func pick(flag, spec time.Duration) time.Duration {
 	return spec
 }
 
-// loadSpec reads a spec file.
+// loadSpec reads a spec file, or parses the inline form when arg is not an
+// existing file (see spec.LooksInline).
 func loadSpec(arg string) (*spec.Spec, error) {
+	if spec.LooksInline(arg) {
+		return spec.ParseInline(arg)
+	}
 	s, err := spec.Load(arg)
 	if err != nil {
 		if os.IsNotExist(err) {
