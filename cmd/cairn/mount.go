@@ -134,7 +134,7 @@ Flags:
 		AttrTimeout:     pick(m.attr, s.AttrTimeout),
 		NegativeTimeout: pick(m.negative, s.NegativeTimeout),
 		NoPassthrough:   m.noPassthrough,
-		FsName:          "cairn:" + specArg,
+		FsName:          "cairn:" + fsName(specArg, s),
 		Debug:           m.debug,
 		Logger:          logger,
 		LowerDirs:       stack.Dirs,
@@ -160,6 +160,15 @@ Flags:
 	srv.Wait()
 	logger.Info("unmounted", "mountpoint", mountpoint)
 	return exitOK
+}
+
+// fsName is the mount's source in /proc/mounts: the spec as given, unless an
+// inline spec holds a secret.
+func fsName(arg string, s *spec.Spec) string {
+	if s.Inline != "" && s.HasSecrets() {
+		return "inline"
+	}
+	return arg
 }
 
 func pick(flag, spec time.Duration) time.Duration {
