@@ -21,7 +21,11 @@ func (s *Spec) Explain(w io.Writer) {
 	if s.Inline != "" {
 		src = "the inline spec" // not its text: it may hold a secret
 	}
-	fmt.Fprintf(w, "%s mounts layer %q (%d layers)\n", src, s.Mount, len(s.Layers))
+	n := fmt.Sprintf("%d layers", len(s.Layers))
+	if len(s.Layers) == 1 {
+		n = "1 layer"
+	}
+	fmt.Fprintf(w, "%s mounts layer %q (%s)\n", src, s.Mount, n)
 	if who := s.dataChangers(s.Mount); len(who) == 0 {
 		fmt.Fprintf(w, "kernel passthrough: yes: no layer changes file data, so the kernel reads and writes the lower files itself\n")
 	} else {

@@ -187,7 +187,7 @@ func loadSpec(arg string) (*spec.Spec, error) {
 	s, err := spec.Load(arg)
 	if err != nil {
 		if os.IsNotExist(err) {
-			return nil, fmt.Errorf("spec file %s does not exist", arg)
+			return nil, fmt.Errorf("spec file %s does not exist (an inline spec has a \":\" before its directory, as in null:/srv/data)", arg)
 		}
 		return nil, err
 	}
