@@ -343,7 +343,6 @@ func inlineTable(chain []inlineLayer, dir string, dirPos Pos) *table {
 	return root
 }
 
-
 // oneLine is the inline text as one line, for error carets: its positions
 // count bytes from its start.
 func oneLine(text string) string {

@@ -80,11 +80,12 @@ Flags:
 	specArg, mountpoint := fl.Arg(0), fl.Arg(1)
 
 	s, err := loadSpec(specArg)
-	if err == nil {
-		err = s.CheckMountpoint(mountpoint)
-	}
 	if err != nil {
 		return fail(errors.New(spec.Detail(err)), exitSpec)
+	}
+	if err := s.CheckMountpoint(mountpoint); err != nil {
+		// The spec is good; the mount cannot be made there.
+		return fail(errors.New(spec.Detail(err)), exitMount)
 	}
 	if m.logLevel == "" {
 		m.logLevel = s.LogLevel

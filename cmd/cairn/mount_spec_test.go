@@ -91,7 +91,7 @@ func TestMountInline(t *testing.T) {
 	inner := filepath.Join(lower, "inner")
 	os.Mkdir(inner, 0o755)
 	code, out = runCairn(t, "mount", "null:"+lower, inner)
-	if code != exitSpec || !strings.Contains(out, "is inside the directory") {
+	if code != exitMount || !strings.Contains(out, "is inside the lower directory") {
 		t.Errorf("mountpoint inside the lower: exit %d\n%s", code, out)
 	}
 	if _, ok := mountSource(t, inner); ok {
