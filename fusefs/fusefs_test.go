@@ -556,3 +556,20 @@ func TestMmapThroughProcess(t *testing.T) {
 		p.Unmount()
 	}
 }
+
+func TestChownDropsSetid(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to act as another user")
+	}
+	m, lower := nullStack(t)
+	os.Mkdir(m.Path("u"), 0o777)
+	unix.Chmod(m.Path("u"), 0o777)
+	if out, err := as(1000, 1000, []uint32{3000}, "echo x > "+m.Path("u/prog")+" && chmod 6775 "+m.Path("u/prog")+" && chgrp 3000 "+m.Path("u/prog")); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	var st unix.Stat_t
+	unix.Stat(filepath.Join(lower, "u/prog"), &st)
+	if st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 || st.Gid != 3000 {
+		t.Fatalf("after an unprivileged chgrp the mode is %o, gid %d: set-id bits must be dropped", st.Mode, st.Gid)
+	}
+}
