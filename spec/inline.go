@@ -66,7 +66,7 @@ func ParseInline(text string) (*Spec, error) {
 	s.Inline = text
 	s.text = []byte(oneLine(text))
 	errs.fillLines(InlineFile, []byte(oneLine(text)))
-	return s, errs.err()
+	return s, errs.finish(InlineFile)
 }
 
 // LooksInline reports whether arg is meant as the inline form rather than a

@@ -20,6 +20,7 @@
 package spec
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -131,6 +132,7 @@ func Load(path string) (*Spec, error) {
 // every mistake found (and the spec as far as it could be read).
 func Parse(file string, data []byte) (*Spec, error) {
 	var errs ErrorList
+	data = bytes.TrimPrefix(data, []byte("\ufeff")) // a byte order mark: editors do not show it
 	src := newSource(file, data)
 	root := parseTOML(src, &errs)
 	syntaxErrs := len(errs) > 0
@@ -138,7 +140,7 @@ func Parse(file string, data []byte) (*Spec, error) {
 	s := c.spec(file, root, syntaxErrs)
 	s.text = data
 	errs.fillLines(file, data)
-	return s, errs.err()
+	return s, errs.finish(file)
 }
 
 // checker turns the value tree into a Spec, collecting errors.
@@ -375,6 +377,9 @@ func (c *checker) convert(o *registry.Option, v *value) (any, error) {
 	}
 	if v.kind == vArray && o.Kind != registry.List {
 		return nil, fmt.Errorf("option %q must be %s, found %s", o.Name, kindWant(o), v.describe())
+	}
+	if o.Kind == registry.String && len(o.Allowed) > 0 && v.kind == vString && !contains(o.Allowed, v.s) {
+		return nil, fmt.Errorf("option %q must be one of %s, found %q%s", o.Name, quoteOr(o.Allowed), v.s, didYouMean(v.s, o.Allowed))
 	}
 	cv, err := o.Convert(v.plain())
 	if err != nil {

@@ -113,6 +113,7 @@ func TestInlineErrors(t *testing.T) {
 		"testkinds(n=x y):/":      `inline:1:13: layer "testkinds": option "n" must be an integer, found "x y"`,
 		"testkinds(mod=fast):/":   `inline:1:11: layer "testkinds" (type testkinds) has no option "mod"; did you mean "mode"? (options of testkinds: n, flag, wait, size, mode, list, when, ratio, sub, key, log)`,
 		"null x":                  `inline:1:6: expected "(", "," or ":" after layer type "null", found 'x'`,
+		"testkinds(mode=fsat):/":  `inline:1:16: layer "testkinds": option "mode" must be one of "fast" or "safe", found "fsat"; did you mean "fast"?`,
 		"(":                       `inline:1:1: expected a layer type (letters, digits, - and _) or a directory, found '('`,
 		"a:/":                     `inline:1:1: unknown layer type "a" (known types: TYPES)`,
 	}
@@ -299,5 +300,22 @@ func TestRules(t *testing.T) {
 	}
 	if s.Layers["coded"].Values.Rules() != nil {
 		t.Errorf("a type without rules got rules")
+	}
+}
+
+func TestTooManyErrorsAndBOM(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("mount = \"a\"\n")
+	for i := 0; i < 80; i++ {
+		fmt.Fprintf(&b, "k%d = 1\n", i)
+	}
+	_, err := spec.Parse("many.toml", []byte(b.String()))
+	l, _ := err.(spec.ErrorList)
+	if len(l) != 51 || l[50].Error() != "many.toml: too many errors: stopped after 50" || l[0].Pos.Line != 2 {
+		t.Errorf("%d errors, last %v", len(l), l[len(l)-1])
+	}
+	_, err = spec.Parse("bom.toml", []byte("\ufeffmount = \"a\"\n[layer.a]\ntype = \"local\"\npath = \"/\"\n"))
+	if err != nil {
+		t.Errorf("a byte order mark: %v", err)
 	}
 }
