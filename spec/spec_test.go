@@ -135,7 +135,7 @@ func TestInlineGood(t *testing.T) {
 	cases := map[string]string{
 		dir:                        "local",
 		"null:" + dir:              "null > local",
-		"null , null:" + dir:       "null > null-2 > local",
+		"null , null : " + dir:     "null > null-2 > local",
 		"mux(names=a),null:" + dir: "mux > null > local",
 		"testkinds(n=7, flag=true, wait=2m, size=64KiB, mode=fast, list=a+b+c, key=\"s,e)c\"):" + dir: "testkinds > local",
 		"null,local(path=" + dir + ")":              "null > local",
