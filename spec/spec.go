@@ -328,11 +328,11 @@ func (c *checker) layer(l *Layer, tab *table) {
 			continue
 		}
 	}
-	if l.t == nil || bad {
+	if l.t == nil {
 		return
 	}
 	vals, ok := c.values(fmt.Sprintf("layer %q", l.Name), l.Pos, l.t.Options, tab)
-	if ok {
+	if ok && !bad {
 		l.Values = vals
 	}
 }
@@ -487,8 +487,8 @@ func (c *checker) rule(s *Spec, tab *table) {
 				didYouMean(k, append(optionNames(t.Rules.Options), ruleKeys...)), ruleOptionsOf(t))
 		}
 	}
-	if t != nil && !bad {
-		if vals, ok := c.values(fmt.Sprintf("rule for layer %q", l.Name), r.Pos, t.Rules.Options, tab); ok {
+	if t != nil {
+		if vals, ok := c.values(fmt.Sprintf("rule for layer %q", l.Name), r.Pos, t.Rules.Options, tab); ok && !bad {
 			r.Values = vals
 		}
 	}
