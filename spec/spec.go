@@ -379,11 +379,11 @@ func (c *checker) convert(o *registry.Option, v *value) (any, error) {
 		return nil, fmt.Errorf("option %q must be %s, found %s", o.Name, kindWant(o), v.describe())
 	}
 	if o.Kind == registry.String && len(o.Allowed) > 0 && v.kind == vString && !contains(o.Allowed, v.s) {
-		return nil, fmt.Errorf("option %q must be one of %s, found %q%s", o.Name, quoteOr(o.Allowed), v.s, didYouMean(v.s, o.Allowed))
+		return nil, fmt.Errorf("option %q must be one of %s, found %s%s", o.Name, quoteOr(o.Allowed), v.describe(), didYouMean(v.s, o.Allowed))
 	}
 	cv, err := o.Convert(v.plain())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("option %q must be %s, found %s", o.Name, kindWant(o), v.describe())
 	}
 	switch o.Kind {
 	case registry.Size:

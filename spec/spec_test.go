@@ -110,10 +110,10 @@ func TestInlineErrors(t *testing.T) {
 		`testkinds(n="x\q"):/`:    `inline:1:15: in a "quoted" value, \ must be followed by " or \`,
 		`testkinds(n='x):/`:       `inline:1:13: the quoted value is not closed (expected a closing ')`,
 		"testkinds(n=1,n=2):/":    `inline:1:15: option "n" of testkinds is given twice`,
-		"testkinds(n=x y):/":      `inline:1:13: layer "testkinds": option "n" must be an integer, found "x y"`,
+		"testkinds(n=x y):/":      `inline:1:13: layer "testkinds": option "n" must be an integer, found the string "x y"`,
 		"testkinds(mod=fast):/":   `inline:1:11: layer "testkinds" (type testkinds) has no option "mod"; did you mean "mode"? (options of testkinds: n, flag, wait, size, mode, list, when, ratio, sub, key, log)`,
 		"null x":                  `inline:1:6: expected "(", "," or ":" after layer type "null", found 'x'`,
-		"testkinds(mode=fsat):/":  `inline:1:16: layer "testkinds": option "mode" must be one of "fast" or "safe", found "fsat"; did you mean "fast"?`,
+		"testkinds(mode=fsat):/":  `inline:1:16: layer "testkinds": option "mode" must be one of "fast" or "safe", found the string "fsat"; did you mean "fast"?`,
 		"(":                       `inline:1:1: expected a layer type (letters, digits, - and _) or a directory, found '('`,
 		"a:/":                     `inline:1:1: unknown layer type "a" (known types: TYPES)`,
 	}
