@@ -352,8 +352,8 @@ func (c *checker) values(what string, at Pos, opts []registry.Option, tab *table
 			} else if o.Required {
 				ok = false
 				c.errorf(at, "%s is missing option %q: %s (%s)", what, o.Name, o.Help, kindWant(o))
-			} else if o.Default != nil {
-				vals[o.Name] = o.Default
+			} else if d := o.DefaultValue(); d != nil {
+				vals[o.Name] = d
 			}
 			continue
 		}

@@ -25,7 +25,7 @@ func init() {
 		Name: "testrules", Summary: "a test type that takes rules", MinLowers: 1, MaxLowers: 1,
 		Rules: &registry.RuleSpec{Help: "what to do with matching paths", Options: []registry.Option{
 			{Name: "action", Kind: registry.String, Allowed: []string{"hide", "log"}, Required: true, Help: "what to do"},
-			{Name: "limit", Kind: registry.Size, Default: int64(4096), Help: "how much"},
+			{Name: "limit", Kind: registry.Size, Default: "4KiB", Help: "how much"},
 		}},
 		New: func(l []layer.FS, _ registry.Values) (layer.FS, error) { return null.New(l[0]), nil },
 	})
@@ -33,7 +33,7 @@ func init() {
 		Name: "testkinds", Summary: "a test type with every kind of option", MinLowers: 1, MaxLowers: 1,
 		Changes: layer.ChangesData | layer.ChangesNames,
 		Options: []registry.Option{
-			{Name: "n", Kind: registry.Int, Default: int64(3), Help: "a number"},
+			{Name: "n", Kind: registry.Int, Default: 3, Help: "a number"},
 			{Name: "flag", Kind: registry.Bool, Help: "a flag"},
 			{Name: "wait", Kind: registry.Duration, Default: time.Second, Help: "a duration"},
 			{Name: "size", Kind: registry.Size, Help: "a size"},
