@@ -21,7 +21,11 @@ func (s *Spec) Explain(w io.Writer) {
 	if s.Inline != "" {
 		src = "the inline spec" // not its text: it may hold a secret
 	}
-	fmt.Fprintf(w, "%s mounts layer %q (%d layers)\n", src, s.Mount, len(s.Layers))
+	n := fmt.Sprintf("%d layers", len(s.Layers))
+	if len(s.Layers) == 1 {
+		n = "1 layer"
+	}
+	fmt.Fprintf(w, "%s mounts layer %q (%s)\n", src, s.Mount, n)
 	if who := s.dataChangers(s.Mount); len(who) == 0 {
 		fmt.Fprintf(w, "kernel passthrough: yes: no layer changes file data, so the kernel reads and writes the lower files itself\n")
 	} else {
@@ -78,6 +82,34 @@ func (s *Spec) dataChangers(name string) []string {
 	return out
 }
 
+// ancestorChangers lists the layers above name (on the way from the mounted
+// layer) that change data.
+func (s *Spec) ancestorChangers(name string) []string {
+	var out []string
+	steps := 0
+	for n := s.upperOf(name); n != "" && steps <= len(s.Layers); n = s.upperOf(n) {
+		steps++ // a bound, should the layers form a cycle
+		l := s.Layers[n]
+		if l.t != nil && l.t.Changes&layer.ChangesData != 0 {
+			out = append([]string{fmt.Sprintf("%q (%s)", n, l.Type)}, out...)
+		}
+		if n == s.Mount {
+			break
+		}
+	}
+	return out
+}
+
+// upperOf is the layer that stacks over name ("" for none).
+func (s *Spec) upperOf(name string) string {
+	for _, n := range s.Order {
+		if contains(s.Layers[n].Over, name) && n != name {
+			return n
+		}
+	}
+	return ""
+}
+
 func (s *Spec) explainLayer(w io.Writer, name, prefix string, last, root bool, seen map[string]bool) {
 	l := s.Layers[name]
 	head, body := prefix, prefix
@@ -109,10 +141,15 @@ func (s *Spec) explainLayer(w io.Writer, name, prefix string, last, root bool, s
 	} else {
 		line("%s", t.Summary)
 		line("changes: %s", t.Changes)
-		if who := s.dataChangers(name); len(who) == 0 {
+		onPath := append(s.ancestorChangers(name), s.dataChangers(name)...)
+		all := s.dataChangers(s.Mount)
+		switch {
+		case len(all) == 0:
 			line("passthrough: yes")
-		} else {
-			line("passthrough: no (%s data)", changersText(who))
+		case len(onPath) > 0:
+			line("passthrough: no (%s data)", changersText(onPath))
+		default:
+			line("passthrough: no (no layer on this path changes data, but the mount turns passthrough off for all files: %s data)", changersText(all))
 		}
 		for i := range t.Options {
 			o := &t.Options[i]

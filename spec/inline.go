@@ -70,13 +70,21 @@ func ParseInline(text string) (*Spec, error) {
 }
 
 // LooksInline reports whether arg is meant as the inline form rather than a
-// spec file: it is not an existing regular file and does not end in .toml.
+// spec file: it is not an existing regular file, does not end in .toml, and
+// either holds one of "(,:", names an existing directory, or is a layer type.
 func LooksInline(arg string) bool {
 	if strings.HasSuffix(arg, ".toml") {
 		return false
 	}
 	fi, err := os.Stat(arg)
-	return err != nil || !fi.Mode().IsRegular()
+	if err == nil {
+		return !fi.Mode().IsRegular()
+	}
+	if strings.ContainsAny(arg, "(,:") {
+		return true
+	}
+	_, isType := registry.Lookup(strings.TrimSpace(arg))
+	return isType
 }
 
 type inlineParser struct {
@@ -333,12 +341,6 @@ func inlineTable(chain []inlineLayer, dir string, dirPos Pos) *table {
 	root.set("mount", &value{kind: vString, s: names[0], pos: root.pos, keyPos: root.pos})
 	root.set("layer", &value{kind: vTable, tab: layers, pos: root.pos, keyPos: root.pos})
 	return root
-}
-
-// typeOf is a helper for tests and tools: the registered type of a name.
-func typeOf(name string) *registry.Type {
-	t, _ := registry.Lookup(name)
-	return t
 }
 
 // oneLine is the inline text as one line, for error carets: its positions

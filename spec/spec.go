@@ -91,6 +91,22 @@ type Rule struct {
 	Paths   *pathmatch.Set
 }
 
+// HasSecrets reports whether the spec sets a secret option (which must not
+// be shown, as in the mount's source name in /proc/mounts).
+func (s *Spec) HasSecrets() bool {
+	for _, l := range s.Layers {
+		if l.t == nil {
+			continue
+		}
+		for _, o := range l.t.Options {
+			if _, ok := l.Options[o.Name]; ok && o.Secret {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Mount option names, in the order they are documented.
 var mountOptions = []string{"allow_other", "entry_timeout", "attr_timeout", "negative_timeout", "log_level"}
 
@@ -377,6 +393,7 @@ func (c *checker) convert(o *registry.Option, v *value) (any, error) {
 		if strings.ContainsRune(p, 0) {
 			return nil, fmt.Errorf("option %q must be %s, found a path with a NUL byte", o.Name, kindWant(o))
 		}
+		p = expandHome(p)
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(c.dir, p)
 			if abs, err := filepath.Abs(p); err == nil {

@@ -233,3 +233,71 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func tomlOf(v any) string { return fmt.Sprint(v) }
+
+// TestExplainGolden compares explain and --toml output for the good specs
+// in testdata/explain with their .golden files.
+func TestExplainGolden(t *testing.T) {
+	files, _ := filepath.Glob("testdata/explain/*.toml")
+	if len(files) == 0 {
+		t.Fatal("no test specs")
+	}
+	for _, f := range files {
+		s, err := spec.Load(f)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		var b bytes.Buffer
+		s.Explain(&b)
+		b.WriteString("\n--- as TOML:\n")
+		b.WriteString(s.TOML(false))
+		golden := strings.TrimSuffix(f, ".toml") + ".golden"
+		if *update {
+			os.WriteFile(golden, b.Bytes(), 0o644)
+			continue
+		}
+		want, err := os.ReadFile(golden)
+		if err != nil {
+			t.Fatalf("%v (run go test ./spec -run TestExplainGolden -update)", err)
+		}
+		if b.String() != string(want) {
+			t.Errorf("explain of %s changed:\n--- got\n%s--- want\n%s", f, b.String(), want)
+		}
+		if strings.Contains(b.String(), "hunter2") {
+			t.Errorf("a secret is shown")
+		}
+		roundTrip(t, s)
+	}
+}
+
+// TestRules checks that a layer's rules reach its values, in order, and
+// match as documented.
+func TestRules(t *testing.T) {
+	s, err := spec.Load("testdata/explain/fanout.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := s.Layers["plain"].Values.Rules()
+	if len(rules) != 2 {
+		t.Fatalf("%d rules", len(rules))
+	}
+	for path, want := range map[string]string{
+		"a.log": "log", "x/y.log": "log", "tmp": "log", "tmp/x": "log", "tmp/keep/x": "hide", "other": "hide", "": "hide",
+	} {
+		r, ok := rules.First(path)
+		if !ok || r.Values.String("action") != want {
+			t.Errorf("%q: rule %v %v, want action %s", path, r.Values, ok, want)
+		}
+	}
+	if n := len(rules.All("a.log")); n != 2 {
+		t.Errorf("All(a.log): %d rules", n)
+	}
+	if r, _ := rules.First("other"); r.Values.Int("limit") != 1<<20 || r.Where != "testdata/explain/fanout.toml:36:3" {
+		t.Errorf("second rule: %+v", r)
+	}
+	if r, _ := rules.First("a.log"); r.Values.Int("limit") != 4096 {
+		t.Errorf("default limit: %+v", r.Values)
+	}
+	if s.Layers["coded"].Values.Rules() != nil {
+		t.Errorf("a type without rules got rules")
+	}
+}

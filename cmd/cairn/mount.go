@@ -81,11 +81,12 @@ Flags:
 	specArg, mountpoint := fl.Arg(0), fl.Arg(1)
 
 	s, err := loadSpec(specArg)
-	if err == nil {
-		err = s.CheckMountpoint(mountpoint)
-	}
 	if err != nil {
 		return fail(errors.New(spec.Detail(err)), exitSpec)
+	}
+	if err := s.CheckMountpoint(mountpoint); err != nil {
+		// The spec is good; the mount cannot be made there.
+		return fail(errors.New(spec.Detail(err)), exitMount)
 	}
 	if m.logLevel == "" {
 		m.logLevel = s.LogLevel
@@ -135,7 +136,7 @@ Flags:
 		AttrTimeout:     pick(m.attr, s.AttrTimeout),
 		NegativeTimeout: pick(m.negative, s.NegativeTimeout),
 		NoPassthrough:   m.noPassthrough,
-		FsName:          "cairn:" + specArg,
+		FsName:          "cairn:" + fsName(specArg, s),
 		Debug:           m.debug,
 		Logger:          logger,
 		LowerDirs:       stack.Dirs,
@@ -178,6 +179,15 @@ func hangup(logger *slog.Logger, stack *spec.Stack) {
 	logger.Info("SIGHUP: files reopened")
 }
 
+// fsName is the mount's source in /proc/mounts: the spec as given, unless an
+// inline spec holds a secret.
+func fsName(arg string, s *spec.Spec) string {
+	if s.Inline != "" && s.HasSecrets() {
+		return "inline"
+	}
+	return arg
+}
+
 func pick(flag, spec time.Duration) time.Duration {
 	if flag != 0 {
 		return flag
@@ -194,7 +204,7 @@ func loadSpec(arg string) (*spec.Spec, error) {
 	s, err := spec.Load(arg)
 	if err != nil {
 		if os.IsNotExist(err) {
-			return nil, fmt.Errorf("spec file %s does not exist", arg)
+			return nil, fmt.Errorf("spec file %s does not exist (an inline spec has a \":\" before its directory, as in null:/srv/data)", arg)
 		}
 		return nil, err
 	}
