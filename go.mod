@@ -7,3 +7,5 @@ require (
 	github.com/hanwen/go-fuse/v2 v2.12.1
 	golang.org/x/sys v0.49.0
 )
+
+require github.com/pelletier/go-toml/v2 v2.4.3 // indirect

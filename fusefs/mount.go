@@ -124,6 +124,10 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		// FUSE asks for security.capability before every write; the
 		// answer is always "none" for us, so let go-fuse give it.
 		IgnoreSecurityLabels: true,
+		// The lower file system drops suid/sgid and file capabilities on
+		// write, truncate and chown by itself; saying so spares a
+		// GETXATTR security.capability round trip before those.
+		ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2,
 	}
 	// default_permissions: the kernel checks modes, owners and the sticky
 	// bit against the attributes we report, for every caller.

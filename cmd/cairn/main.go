@@ -100,6 +100,9 @@ A SPEC is a TOML file that says which layers stack over what:
     type = "null"
     over = "base"
 
+or, for a chain of layers over one directory, inline: 'null:/srv/data'.
+'cairn check SPEC' finds its mistakes; docs/spec.md is the reference.
+
 Exit codes:
   0  success
   1  the operation failed (see the message)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"cairn/fusefs"
+	"cairn/layer"
 	_ "cairn/layers/all"
 	"cairn/spec"
 )
@@ -57,7 +58,9 @@ func runMount(args []string) int {
 	fl.Usage = func() {
 		fmt.Fprintf(fl.Output(), `Usage: cairn mount [flags] SPEC MOUNTPOINT
 
-Mounts the stack that SPEC describes at MOUNTPOINT. The command returns once
+Mounts the stack that SPEC describes at MOUNTPOINT. SPEC is a spec file or the
+inline form, such as 'null:/srv/data' (see docs/spec.md); it is checked as
+'cairn check SPEC MOUNTPOINT' does before anything is mounted. The command returns once
 the mount is ready and the file system is served by a background process; with
 -f it stays in the foreground until Ctrl-C, SIGTERM or 'cairn umount'.
 
@@ -79,7 +82,11 @@ Flags:
 
 	s, err := loadSpec(specArg)
 	if err != nil {
-		return fail(err, exitSpec)
+		return fail(errors.New(spec.Detail(err)), exitSpec)
+	}
+	if err := s.CheckMountpoint(mountpoint); err != nil {
+		// The spec is good; the mount cannot be made there.
+		return fail(errors.New(spec.Detail(err)), exitMount)
 	}
 	if m.logLevel == "" {
 		m.logLevel = s.LogLevel
@@ -97,7 +104,7 @@ Flags:
 		return daemonize(args)
 	}
 
-	logger, closeLog, err := newLogger(m, level, readyFd != "")
+	logger, closeLog, err := newLogger(m, level, readyFd != "" && !m.foreground)
 	if err != nil {
 		return fail(err, exitFailed)
 	}
@@ -129,7 +136,7 @@ Flags:
 		AttrTimeout:     pick(m.attr, s.AttrTimeout),
 		NegativeTimeout: pick(m.negative, s.NegativeTimeout),
 		NoPassthrough:   m.noPassthrough,
-		FsName:          "cairn:" + specArg,
+		FsName:          "cairn:" + fsName(specArg, s),
 		Debug:           m.debug,
 		Logger:          logger,
 		LowerDirs:       stack.Dirs,
@@ -139,13 +146,18 @@ Flags:
 		report("mount: " + err.Error())
 		return fail(err, exitMount)
 	}
+	// Signals are caught before readiness is reported: a SIGHUP sent as
+	// soon as the mount is ready must not kill the daemon.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	logger.Info("mounted", "mountpoint", mountpoint, "spec", specArg, "passthrough", srv.Passthrough, "pid", os.Getpid())
 	report("ok")
-
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		for sig := range sigs {
+			if sig == syscall.SIGHUP {
+				hangup(logger, stack)
+				continue
+			}
 			logger.Info("unmounting", "signal", sig.String())
 			if err := srv.Unmount(); err != nil {
 				logger.Warn("unmount failed; the mount is busy: close the files under it, or use 'cairn umount -z'", "err", err)
@@ -157,6 +169,25 @@ Flags:
 	return exitOK
 }
 
+// hangup serves SIGHUP: layers reopen their own files (logs, after
+// rotation).
+func hangup(logger *slog.Logger, stack *spec.Stack) {
+	if err := layer.ReopenStack(stack.Top); err != nil {
+		logger.Error("SIGHUP: reopening files failed", "err", err)
+		return
+	}
+	logger.Info("SIGHUP: files reopened")
+}
+
+// fsName is the mount's source in /proc/mounts: the spec as given, unless an
+// inline spec holds a secret.
+func fsName(arg string, s *spec.Spec) string {
+	if s.Inline != "" && s.HasSecrets() {
+		return "inline"
+	}
+	return arg
+}
+
 func pick(flag, spec time.Duration) time.Duration {
 	if flag != 0 {
 		return flag
@@ -164,12 +195,16 @@ func pick(flag, spec time.Duration) time.Duration {
 	return spec
 }
 
-// loadSpec reads a spec file.
+// loadSpec reads a spec file, or parses the inline form when arg is not an
+// existing file (see spec.LooksInline).
 func loadSpec(arg string) (*spec.Spec, error) {
+	if spec.LooksInline(arg) {
+		return spec.ParseInline(arg)
+	}
 	s, err := spec.Load(arg)
 	if err != nil {
 		if os.IsNotExist(err) {
-			return nil, fmt.Errorf("spec file %s does not exist", arg)
+			return nil, fmt.Errorf("spec file %s does not exist (an inline spec has a \":\" before its directory, as in null:/srv/data)", arg)
 		}
 		return nil, err
 	}
