@@ -20,14 +20,26 @@ def draw(spec, outdir):
     n = len(panels)
     cols = min(n, 3 if spec["kind"] == "bars" else 2)
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.3 * rows), squeeze=False)
-    cmap = plt.get_cmap("tab20")
+    fig, axes = plt.subplots(rows, cols, figsize=(max(6.5 * cols, 11), 4.3 * rows + (0 if spec["kind"] == "bars" else 1)), squeeze=False)
     names = []
     for p in panels:
         for s in p["series"]:
             if s["name"] not in names:
                 names.append(s["name"])
-    color = {name: cmap(i % 20) for i, name in enumerate(names)}
+    # native in black, cairn stacks in strong colours, peers and tools in
+    # the paler ones.
+    strong = plt.get_cmap("tab10")
+    pale = plt.get_cmap("tab20")
+    color, ns, np_ = {}, 0, 0
+    for name in names:
+        if name == "native":
+            color[name] = "black"
+        elif name.startswith("cairn"):
+            color[name] = strong([0, 3, 2, 1, 4, 5, 6, 8, 9][ns % 9])
+            ns += 1
+        else:
+            color[name] = pale([1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 0, 2, 4, 6, 8][np_ % 15])
+            np_ += 1
     for idx, p in enumerate(panels):
         ax = axes[idx // cols][idx % cols]
         if spec["kind"] == "bars":

@@ -125,11 +125,11 @@ func cmdRun(args []string) int {
 	only := fl.String("configs", "", "comma-separated configurations to run (default all)")
 	skip := fl.String("skip-configs", "", "comma-separated configurations to leave out")
 	wls := fl.String("workloads", "", "comma-separated workloads to run (default all): "+strings.Join(workloadNames(), ","))
-	runs := fl.Int("runs", 0, "runs per measurement (default: 3 per workload, 1 with --quick)")
+	runs := fl.Int("runs", 0, "runs per measurement (default: 3, 2 for compile, largedir, tools and bonnie; 1 with --quick)")
 	resume := fl.Bool("resume", false, "keep OUT/results.jsonl and skip workload/config pairs already in it")
 	tarball := fl.String("tarball", "", "the autoconf source tarball of the compile workload (default ../shared/bench/grep_3.8.orig.tar.xz beside the repo)")
 	bin := fl.String("bin", "", "directory of helper binaries (default REPO/bin/bench)")
-	limit := fl.Duration("limit", 0, "time limit of one workload on one configuration (default 20m, 3m with --quick)")
+	limit := fl.Duration("limit", 0, "time limit of one workload on one configuration (default 12m, 3m with --quick)")
 	fl.Parse(args)
 
 	b := &Bench{Repo: *repo, Quick: *quick, Runs: *runs, started: time.Now(), done: map[string]bool{}}
@@ -156,7 +156,7 @@ func cmdRun(args []string) int {
 	}
 	b.Limit = *limit
 	if b.Limit == 0 {
-		b.Limit = 20 * time.Minute
+		b.Limit = 12 * time.Minute
 		if b.Quick {
 			b.Limit = 3 * time.Minute
 		}

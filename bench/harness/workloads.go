@@ -102,15 +102,15 @@ func (l *limited) Write(p []byte) (int, error) {
 func workloads() []*Workload {
 	return []*Workload{
 		{Name: "streaming", Title: "Streaming and random I/O (fio)", Run: wStreaming, Params: pStreaming},
+		{Name: "compile", Title: "Large compile (and file attributes)", Run: wCompile, Params: pCompile},
 		{Name: "largedir", Title: "Large directories (Usenetfs)", Run: wLargeDir, Params: pLargeDir},
 		{Name: "filecopy", Title: "File-copy", Run: wFileCopy, Params: pFileCopy},
 		{Name: "append", Title: "File-append", Run: wAppend, Params: pAppend},
-		{Name: "compile", Title: "Large compile (and file attributes)", Run: wCompile, Params: pCompile},
 		{Name: "dircache", Title: "Directory cache (pefs): create, ls -Al, remove", Run: wDirCache, Params: pDirCache},
 		{Name: "dbench", Title: "dbench", Run: wDbench, Params: pDbench},
 		{Name: "opencost", Title: "Open and read/write cost (MonA)", Run: wOpenCost, Params: pOpenCost},
-		{Name: "bonnie", Title: "Bonnie++", Run: wBonnie, Params: pBonnie},
 		{Name: "tools", Title: "Against user-level tools (gzip -9, zstd)", Run: wTools, Params: pTools},
+		{Name: "bonnie", Title: "Bonnie++", Run: wBonnie, Params: pBonnie},
 	}
 }
 
@@ -203,9 +203,9 @@ func pStreaming(b *Bench) string {
 
 func streamingParams(b *Bench) (sizeMiB, runtimeS int) {
 	if b.Quick {
-		return 256, 5
+		return 128, 3
 	}
-	return 1024, 20
+	return 1024, 10
 }
 
 func fioVersion() string {
@@ -302,13 +302,13 @@ func largeDirParams(b *Bench) (kmax, step int) {
 func pLargeDir(b *Bench) string {
 	kmax, step := largeDirParams(b)
 	return fmt.Sprintf("in-process Go driver; one directory grown to 2^k files of 2048 bytes for k = 0..%d (step %d); at each k, after a remount with caches dropped: 1000 lstat of random existing names, then 1000 creates (create, write 2048 bytes, close) and 1000 unlinks of the oldest files; %d runs",
-		kmax, step, b.runs(3))
+		kmax, step, b.runs(2))
 }
 
 func wLargeDir(c *Ctx) error {
 	kmax, step := largeDirParams(c.Bench)
 	payload := bytes.Repeat([]byte("usenet article body\n"), 2048/20+1)[:2048]
-	for run := 1; run <= c.runs(3); run++ {
+	for run := 1; run <= c.runs(2); run++ {
 		i, err := c.start()
 		if err != nil {
 			return err
@@ -562,14 +562,15 @@ func pCompile(b *Bench) string {
 		what = "unpack only (--quick skips configure and make)"
 	}
 	return fmt.Sprintf("%s of %s inside the file system, compiler and headers outside; then ls -lRF of the tree after a remount with caches dropped (cold) and again (warm); elapsed, user and system seconds of the commands; %d runs",
-		what, filepath.Base(b.Tarball), b.runs(3))
+		what, filepath.Base(b.Tarball), b.runs(2))
 }
 
 func wCompile(c *Ctx) error {
 	if _, err := os.Stat(c.Tarball); err != nil {
 		return fmt.Errorf("tarball: %v (use --tarball)", err)
 	}
-	for run := 1; run <= c.runs(3); run++ {
+	for run := 1; run <= c.runs(2); run++ {
+		os.ReadFile(c.Tarball) // the tarball comes from the page cache
 		i, err := c.start()
 		if err != nil {
 			return err
@@ -685,7 +686,7 @@ func dbenchTime(b *Bench) int {
 	if b.Quick {
 		return 5
 	}
-	return 20
+	return 15
 }
 
 func pDbench(b *Bench) string {
@@ -819,7 +820,7 @@ func wOpenCost(c *Ctx) error {
 
 func bonnieSizes(b *Bench) []int {
 	if b.Quick {
-		return []int{16, 64}
+		return []int{16}
 	}
 	var s []int
 	for m := 1; m <= 1024; m *= 2 {
@@ -830,11 +831,11 @@ func bonnieSizes(b *Bench) []int {
 
 func pBonnie(b *Bench) string {
 	return fmt.Sprintf("bonnie++ -s SIZE -r 0 -n 0 -f -u root (fast mode: no per-character tests, no file-creation tests) for SIZE = %v MiB; elapsed time of the whole run, and block write/rewrite/read throughput where bonnie++ measures it; %d runs",
-		bonnieSizes(b), b.runs(3))
+		bonnieSizes(b), b.runs(2))
 }
 
 func wBonnie(c *Ctx) error {
-	for run := 1; run <= c.runs(3); run++ {
+	for run := 1; run <= c.runs(2); run++ {
 		i, err := c.start()
 		if err != nil {
 			return err
@@ -893,7 +894,7 @@ func toolSize(b *Bench) int64 {
 
 func pTools(b *Bench) string {
 	return fmt.Sprintf("a %d MiB file of each kind (%s) copied into the file system (in-process, then unmount so that everything is written); space = apparent bytes added to the lower directory; the tools compress the same file on native ext4: gzip -9 -c, zstd -q -c (level 3) and zstd -19; %d runs",
-		toolSize(b)>>20, strings.Join(toolKinds, ", "), b.runs(3))
+		toolSize(b)>>20, strings.Join(toolKinds, ", "), b.runs(2))
 }
 
 // lowerBytes sums the sizes of the regular files under dir.
@@ -910,7 +911,7 @@ func lowerBytes(dir string) int64 {
 
 func wTools(c *Ctx) error {
 	buf := make([]byte, 128<<10)
-	for run := 1; run <= c.runs(3); run++ {
+	for run := 1; run <= c.runs(2); run++ {
 		for _, kind := range toolKinds {
 			src, err := c.data(kind, toolSize(c.Bench))
 			if err != nil {
