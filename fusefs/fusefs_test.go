@@ -229,9 +229,7 @@ func owner(t *testing.T, p string) (uint32, uint32) {
 }
 
 func TestNonRootOwnershipAndPermissions(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to act as other users")
-	}
+	mounttest.NeedRoot(t)
 	m, lower := nullStack(t)
 	if err := os.Mkdir(m.Path("pub"), 0o777); err != nil {
 		t.Fatal(err)
@@ -483,9 +481,7 @@ func (r *recorder) Create(ctx context.Context, p string, flags int, mode uint32)
 }
 
 func TestCallerReachesLayers(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to act as another user")
-	}
+	mounttest.NeedRoot(t)
 	lower := t.TempDir()
 	os.Chmod(lower, 0o777)
 	l, _ := local.New(lower)
@@ -558,9 +554,7 @@ func TestMmapThroughProcess(t *testing.T) {
 }
 
 func TestChownDropsSetid(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to act as another user")
-	}
+	mounttest.NeedRoot(t)
 	m, lower := nullStack(t)
 	os.Mkdir(m.Path("u"), 0o777)
 	unix.Chmod(m.Path("u"), 0o777)
