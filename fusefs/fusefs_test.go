@@ -567,3 +567,28 @@ func TestChownDropsSetid(t *testing.T) {
 		t.Fatalf("after an unprivileged chgrp the mode is %o, gid %d: set-id bits must be dropped", st.Mode, st.Gid)
 	}
 }
+
+// panicky panics in Getattr of one name: the mount must survive.
+type panicky struct{ layer.Base }
+
+func (p *panicky) Getattr(ctx context.Context, path string) (layer.Attr, error) {
+	if path == "boom" {
+		panic("a bug in a layer")
+	}
+	return p.Base.Getattr(ctx, path)
+}
+
+func TestLayerPanicIsEIO(t *testing.T) {
+	lower := t.TempDir()
+	os.WriteFile(filepath.Join(lower, "boom"), nil, 0o644)
+	os.WriteFile(filepath.Join(lower, "fine"), []byte("ok"), 0o644)
+	l, _ := local.New(lower)
+	defer l.Close()
+	m := mounttest.Mount(t, &panicky{layer.Base{Lower: l}})
+	if _, err := os.Stat(m.Path("boom")); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("stat of the panicking name: %v, want EIO", err)
+	}
+	if mustRead(t, m.Path("fine")) != "ok" {
+		t.Fatal("the mount did not survive the panic")
+	}
+}
