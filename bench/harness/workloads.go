@@ -902,7 +902,7 @@ func toolSize(b *Bench) int64 {
 }
 
 func pTools(b *Bench) string {
-	return fmt.Sprintf("a %d MiB file of each kind (%s) copied into the file system (in-process, then unmount so that everything is written); space = apparent bytes added to the lower directory; the tools compress the same file on native ext4: gzip -9 -c, zstd -q -c (level 3) and zstd -19; %d runs",
+	return fmt.Sprintf("a %d MiB file of each kind (%s) copied into the file system (in-process; then a wait until the lower stops growing, and an unmount, so that everything is written); space = apparent bytes added to the lower directory; the tools compress the same file on native ext4: gzip -9 -c, zstd -q -c (level 3) and zstd -19; %d runs",
 		toolSize(b)>>20, strings.Join(toolKinds, ", "), b.runs(2))
 }
 
@@ -938,6 +938,7 @@ func wTools(c *Ctx) error {
 					return err
 				}
 				el := time.Since(t0).Seconds()
+				settle(i.Lower, base)
 				if err := i.unmount(); err != nil {
 					return err
 				}
@@ -977,4 +978,21 @@ func wTools(c *Ctx) error {
 		c.progress("run %d: done", run)
 	}
 	return nil
+}
+
+// settle waits (up to 30 s) until the bytes under the lower directory stop
+// changing: some peers write back after close (rclone's VFS cache uploads
+// 5 s later, and drops what is pending when unmounted).
+func settle(dir string, base int64) {
+	last, stable := int64(-1), 0
+	for t := 0; t < 120 && stable < 4; t++ {
+		n := lowerBytes(dir)
+		if n == last && n > base {
+			stable++
+		} else {
+			stable = 0
+		}
+		last = n
+		time.Sleep(250 * time.Millisecond)
+	}
 }
