@@ -159,7 +159,7 @@ func (s *Spec) explainLayer(w io.Writer, name, prefix string, last, root bool, s
 			case given:
 				line("%s = %s", o.Name, FormatValue(o, raw, typed, false))
 			case typed != nil:
-				line("%s = %s (default)", o.Name, FormatValue(o, nil, typed, false))
+				line("%s = %s (default)", o.Name, FormatValue(o, o.Default, typed, false))
 			}
 		}
 	}
@@ -191,7 +191,7 @@ func (r *Rule) describe(t *registry.Type, n int) string {
 			case given:
 				parts = append(parts, o.Name+" = "+FormatValue(o, raw, typed, false))
 			case typed != nil:
-				parts = append(parts, o.Name+" = "+FormatValue(o, nil, typed, false)+" (default)")
+				parts = append(parts, o.Name+" = "+FormatValue(o, o.Default, typed, false)+" (default)")
 			}
 		}
 		if len(parts) > 0 {

@@ -24,7 +24,8 @@ const InlineFile = "inline"
 //	bare    = chars other than , ( ) " ' (spaces around it are dropped)
 //	TYPE, NAME = letters, digits, - and _
 //
-// ":DIR" is short for ",local(path=DIR)"; DIR is the rest of the text, as is.
+// ":DIR" is short for ",local(path=DIR)"; DIR is the rest of the text, as is
+// (but for spaces after the ":").
 // A chain without ":DIR" must end with a bottom layer. A text that starts
 // with "/", "./", "../" or "~/", or that names an existing directory, is a
 // DIR alone: local(path=DIR).
@@ -66,7 +67,7 @@ func ParseInline(text string) (*Spec, error) {
 	s.Inline = text
 	s.text = []byte(oneLine(text))
 	errs.fillLines(InlineFile, []byte(oneLine(text)))
-	return s, errs.err()
+	return s, errs.finish(InlineFile)
 }
 
 // LooksInline reports whether arg is meant as the inline form rather than a
@@ -184,6 +185,7 @@ func (p *inlineParser) parse() ([]inlineLayer, string, Pos) {
 			continue
 		case ':':
 			p.i++
+			p.space()
 			dir := p.s[p.i:]
 			if dir == "" {
 				p.errorf(p.i, "expected a directory after \":\", found the end")

@@ -20,6 +20,7 @@
 package spec
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -131,6 +132,7 @@ func Load(path string) (*Spec, error) {
 // every mistake found (and the spec as far as it could be read).
 func Parse(file string, data []byte) (*Spec, error) {
 	var errs ErrorList
+	data = bytes.TrimPrefix(data, []byte("\ufeff")) // a byte order mark: editors do not show it
 	src := newSource(file, data)
 	root := parseTOML(src, &errs)
 	syntaxErrs := len(errs) > 0
@@ -138,7 +140,7 @@ func Parse(file string, data []byte) (*Spec, error) {
 	s := c.spec(file, root, syntaxErrs)
 	s.text = data
 	errs.fillLines(file, data)
-	return s, errs.err()
+	return s, errs.finish(file)
 }
 
 // checker turns the value tree into a Spec, collecting errors.
@@ -326,11 +328,11 @@ func (c *checker) layer(l *Layer, tab *table) {
 			continue
 		}
 	}
-	if l.t == nil || bad {
+	if l.t == nil {
 		return
 	}
 	vals, ok := c.values(fmt.Sprintf("layer %q", l.Name), l.Pos, l.t.Options, tab)
-	if ok {
+	if ok && !bad {
 		l.Values = vals
 	}
 }
@@ -350,8 +352,8 @@ func (c *checker) values(what string, at Pos, opts []registry.Option, tab *table
 			} else if o.Required {
 				ok = false
 				c.errorf(at, "%s is missing option %q: %s (%s)", what, o.Name, o.Help, kindWant(o))
-			} else if o.Default != nil {
-				vals[o.Name] = o.Default
+			} else if d := o.DefaultValue(); d != nil {
+				vals[o.Name] = d
 			}
 			continue
 		}
@@ -376,9 +378,12 @@ func (c *checker) convert(o *registry.Option, v *value) (any, error) {
 	if v.kind == vArray && o.Kind != registry.List {
 		return nil, fmt.Errorf("option %q must be %s, found %s", o.Name, kindWant(o), v.describe())
 	}
+	if o.Kind == registry.String && len(o.Allowed) > 0 && v.kind == vString && !contains(o.Allowed, v.s) {
+		return nil, fmt.Errorf("option %q must be one of %s, found %s%s", o.Name, quoteOr(o.Allowed), v.describe(), didYouMean(v.s, o.Allowed))
+	}
 	cv, err := o.Convert(v.plain())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("option %q must be %s, found %s", o.Name, kindWant(o), v.describe())
 	}
 	switch o.Kind {
 	case registry.Size:
@@ -482,8 +487,8 @@ func (c *checker) rule(s *Spec, tab *table) {
 				didYouMean(k, append(optionNames(t.Rules.Options), ruleKeys...)), ruleOptionsOf(t))
 		}
 	}
-	if t != nil && !bad {
-		if vals, ok := c.values(fmt.Sprintf("rule for layer %q", l.Name), r.Pos, t.Rules.Options, tab); ok {
+	if t != nil {
+		if vals, ok := c.values(fmt.Sprintf("rule for layer %q", l.Name), r.Pos, t.Rules.Options, tab); ok && !bad {
 			r.Values = vals
 		}
 	}

@@ -25,7 +25,7 @@ func init() {
 		Name: "testrules", Summary: "a test type that takes rules", MinLowers: 1, MaxLowers: 1,
 		Rules: &registry.RuleSpec{Help: "what to do with matching paths", Options: []registry.Option{
 			{Name: "action", Kind: registry.String, Allowed: []string{"hide", "log"}, Required: true, Help: "what to do"},
-			{Name: "limit", Kind: registry.Size, Default: int64(4096), Help: "how much"},
+			{Name: "limit", Kind: registry.Size, Default: "4KiB", Help: "how much"},
 		}},
 		New: func(l []layer.FS, _ registry.Values) (layer.FS, error) { return null.New(l[0]), nil },
 	})
@@ -33,7 +33,7 @@ func init() {
 		Name: "testkinds", Summary: "a test type with every kind of option", MinLowers: 1, MaxLowers: 1,
 		Changes: layer.ChangesData | layer.ChangesNames,
 		Options: []registry.Option{
-			{Name: "n", Kind: registry.Int, Default: int64(3), Help: "a number"},
+			{Name: "n", Kind: registry.Int, Default: 3, Help: "a number"},
 			{Name: "flag", Kind: registry.Bool, Help: "a flag"},
 			{Name: "wait", Kind: registry.Duration, Default: time.Second, Help: "a duration"},
 			{Name: "size", Kind: registry.Size, Help: "a size"},
@@ -110,9 +110,10 @@ func TestInlineErrors(t *testing.T) {
 		`testkinds(n="x\q"):/`:    `inline:1:15: in a "quoted" value, \ must be followed by " or \`,
 		`testkinds(n='x):/`:       `inline:1:13: the quoted value is not closed (expected a closing ')`,
 		"testkinds(n=1,n=2):/":    `inline:1:15: option "n" of testkinds is given twice`,
-		"testkinds(n=x y):/":      `inline:1:13: layer "testkinds": option "n" must be an integer, found "x y"`,
+		"testkinds(n=x y):/":      `inline:1:13: layer "testkinds": option "n" must be an integer, found the string "x y"`,
 		"testkinds(mod=fast):/":   `inline:1:11: layer "testkinds" (type testkinds) has no option "mod"; did you mean "mode"? (options of testkinds: n, flag, wait, size, mode, list, when, ratio, sub, key, log)`,
 		"null x":                  `inline:1:6: expected "(", "," or ":" after layer type "null", found 'x'`,
+		"testkinds(mode=fsat):/":  `inline:1:16: layer "testkinds": option "mode" must be one of "fast" or "safe", found the string "fsat"; did you mean "fast"?`,
 		"(":                       `inline:1:1: expected a layer type (letters, digits, - and _) or a directory, found '('`,
 		"a:/":                     `inline:1:1: unknown layer type "a" (known types: TYPES)`,
 	}
@@ -134,7 +135,7 @@ func TestInlineGood(t *testing.T) {
 	cases := map[string]string{
 		dir:                        "local",
 		"null:" + dir:              "null > local",
-		"null , null:" + dir:       "null > null-2 > local",
+		"null , null : " + dir:     "null > null-2 > local",
 		"mux(names=a),null:" + dir: "mux > null > local",
 		"testkinds(n=7, flag=true, wait=2m, size=64KiB, mode=fast, list=a+b+c, key=\"s,e)c\"):" + dir: "testkinds > local",
 		"null,local(path=" + dir + ")":              "null > local",
@@ -299,5 +300,22 @@ func TestRules(t *testing.T) {
 	}
 	if s.Layers["coded"].Values.Rules() != nil {
 		t.Errorf("a type without rules got rules")
+	}
+}
+
+func TestTooManyErrorsAndBOM(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("mount = \"a\"\n")
+	for i := 0; i < 80; i++ {
+		fmt.Fprintf(&b, "k%d = 1\n", i)
+	}
+	_, err := spec.Parse("many.toml", []byte(b.String()))
+	l, _ := err.(spec.ErrorList)
+	if len(l) != 51 || l[50].Error() != "many.toml: too many errors: stopped after 50" || l[0].Pos.Line != 2 {
+		t.Errorf("%d errors, last %v", len(l), l[len(l)-1])
+	}
+	_, err = spec.Parse("bom.toml", []byte("\ufeffmount = \"a\"\n[layer.a]\ntype = \"local\"\npath = \"/\"\n"))
+	if err != nil {
+		t.Errorf("a byte order mark: %v", err)
 	}
 }
