@@ -64,22 +64,20 @@ type Rules struct {
 func (rs *Rules) Decide(c *layer.Caller, k Class, path string) (bool, string) {
 	for i := range rs.List {
 		r := &rs.List[i]
-		if (r.Ops == 0 || r.Ops&k != 0) && r.caller(c) && (r.Paths == nil || r.Paths.Contains(path)) {
+		// Cheap tests first: groups and process names may read /proc.
+		if (r.Ops == 0 || r.Ops&k != 0) && (len(r.Uids) == 0 || slices.Contains(r.Uids, c.Uid)) &&
+			(r.Paths == nil || r.Paths.Contains(path)) && r.caller(c) {
 			return r.Allow, r.Where
 		}
 	}
 	return rs.Default, "default"
 }
 
-// caller tests the conditions on the caller, the cheap ones first.
+// caller tests the conditions on the caller.
 func (r *Rule) caller(c *layer.Caller) bool {
-	if len(r.Uids) > 0 && !slices.Contains(r.Uids, c.Uid) {
-		return false
-	}
-	if len(r.Gids) > 0 && !slices.ContainsFunc(r.Gids, c.InGroup) {
-		return false
-	}
-	return len(r.Procs) == 0 || slices.Contains(r.Procs, c.Comm())
+	return (len(r.Uids) == 0 || slices.Contains(r.Uids, c.Uid)) &&
+		(len(r.Gids) == 0 || slices.ContainsFunc(r.Gids, c.InGroup)) &&
+		(len(r.Procs) == 0 || slices.Contains(r.Procs, c.Comm()))
 }
 
 // Gains reports whether c could, under the name to, do something it cannot
