@@ -204,11 +204,14 @@ func (c *checker) spec(file string, root *table, partial bool) *Spec {
 			s.LogLevel = v.s
 			s.Given = append(s.Given, k)
 		default:
-			what := "key"
+			what, hint := "key", didYouMean(k, topKeys)
 			if v.kind == vTable {
 				what = "table"
+				if hint == "" {
+					hint = fmt.Sprintf("; a layer is a [layer.NAME] table, as in [layer.%s]", k)
+				}
 			}
-			c.errorf(v.keyPos, "unknown %s %q at the top level%s (expected %s)", what, k, didYouMean(k, topKeys), quoteOr(topKeys))
+			c.errorf(v.keyPos, "unknown %s %q at the top level%s (expected %s)", what, k, hint, quoteOr(topKeys))
 		}
 	}
 	c.layers(s, layersV)
@@ -563,7 +566,7 @@ func (c *checker) graph(s *Spec, mountV *value) {
 			hint = fmt.Sprintf(", such as mount = %q", guessTop(s))
 		}
 		c.errorf(c.pos0, "missing mount = \"NAME\" at the top level: which layer is mounted%s", hint)
-	case s.Mount != "" && s.Layers[s.Mount] == nil:
+	case s.Mount != "" && s.Layers[s.Mount] == nil && len(s.Layers) > 0:
 		c.errorf(s.MountPos, "mount names layer %q, which is not defined%s (layers: %s)", s.Mount, didYouMean(s.Mount, s.Order), quoteAnd(s.Order))
 	}
 	usedBy := map[string]string{}
