@@ -47,7 +47,8 @@ type Spec struct {
 	Order  []string
 	// Rules are the [[rule]] tables in order; each layer also has its own.
 	Rules []*Rule
-	// Mount options.
+	// Mount options. A zero timeout means the default (1s); a negative one,
+	// written "0s" in the spec, turns that cache off (as in fusefs.Options).
 	AllowOther      bool
 	EntryTimeout    time.Duration
 	AttrTimeout     time.Duration
@@ -186,6 +187,9 @@ func (c *checker) spec(file string, root *table, partial bool) *Spec {
 			d, ok := c.duration(k, v)
 			if !ok {
 				continue
+			}
+			if d == 0 {
+				d = -1 // "0s": no caching (zero would mean the default)
 			}
 			switch k {
 			case "entry_timeout":
