@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -128,6 +129,12 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		// write, truncate and chown by itself; saying so spares a
 		// GETXATTR security.capability round trip before those.
 		ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2,
+		// A bug in a layer must not take the mount down: the request
+		// fails with EIO and the operator gets the stack.
+		PanicHandler: func(v any) fuse.Status {
+			o.Logger.Error("panic in a layer; the request failed with EIO", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			return fuse.EIO
+		},
 	}
 	// default_permissions: the kernel checks modes, owners and the sticky
 	// bit against the attributes we report, for every caller.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"cairn/fusefs"
+	"cairn/layer"
 	_ "cairn/layers/all"
 	"cairn/spec"
 )
@@ -145,13 +146,18 @@ Flags:
 		report("mount: " + err.Error())
 		return fail(err, exitMount)
 	}
+	// Signals are caught before readiness is reported: a SIGHUP sent as
+	// soon as the mount is ready must not kill the daemon.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	logger.Info("mounted", "mountpoint", mountpoint, "spec", specArg, "passthrough", srv.Passthrough, "pid", os.Getpid())
 	report("ok")
-
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		for sig := range sigs {
+			if sig == syscall.SIGHUP {
+				hangup(logger, stack)
+				continue
+			}
 			logger.Info("unmounting", "signal", sig.String())
 			if err := srv.Unmount(); err != nil {
 				logger.Warn("unmount failed; the mount is busy: close the files under it, or use 'cairn umount -z'", "err", err)
@@ -161,6 +167,16 @@ Flags:
 	srv.Wait()
 	logger.Info("unmounted", "mountpoint", mountpoint)
 	return exitOK
+}
+
+// hangup serves SIGHUP: layers reopen their own files (logs, after
+// rotation).
+func hangup(logger *slog.Logger, stack *spec.Stack) {
+	if err := layer.ReopenStack(stack.Top); err != nil {
+		logger.Error("SIGHUP: reopening files failed", "err", err)
+		return
+	}
+	logger.Info("SIGHUP: files reopened")
 }
 
 // fsName is the mount's source in /proc/mounts: the spec as given, unless an

@@ -6,4 +6,5 @@ import (
 	_ "cairn/layers/local"
 	_ "cairn/layers/mux"
 	_ "cairn/layers/null"
+	_ "cairn/layers/snoop"
 )
