@@ -148,7 +148,11 @@ func (s *Spec) explainLayer(e *explainer, name, prefix string, last, root bool, 
 		line("%s", r.describe(t, indexOfRule(s.Rules, r)+1))
 	}
 	if len(l.Rules) > 0 {
-		line("(rules are tried in order; the first that matches a path applies)")
+		if t != nil && t.Rules != nil && t.Rules.Help != "" {
+			line("(%s)", t.Rules.Help)
+		} else {
+			line("(rules are tried in order; the first that covers a path applies)")
+		}
 	}
 	if t != nil && t.Changes&layer.ChangesData != 0 {
 		above = append(append([]string{}, above...), fmt.Sprintf("%q (%s)", name, l.Type))
