@@ -2,7 +2,12 @@ package layer
 
 import (
 	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Op is one operation passing through a Hooked layer, as its Hook sees it.
@@ -10,7 +15,8 @@ type Op struct {
 	// Name is the operation: one of OpNames.
 	Name string
 	// Path is the path at this layer. For an operation on an open file
-	// (read, write, fsetattr...) it is the path the file was opened with.
+	// (read, write, fsetattr...) it is the file's path: the one it was
+	// opened with, as renames made through the layer since have changed it.
 	Path string
 	// Path2 is the second name: the new path of rename and link, the target
 	// (as text) of symlink, the attribute name of the xattr operations.
@@ -81,6 +87,9 @@ type Hooked struct {
 	// NoPassthrough keeps the layer's files from being handed to the
 	// kernel, so that every read and write reaches the hook.
 	NoPassthrough bool
+
+	mu    sync.Mutex
+	files map[*hookedFile]struct{} // open, for renames
 }
 
 // run calls Before, the operation, and After.
@@ -195,9 +204,41 @@ func (h *Hooked) Rmdir(ctx context.Context, path string) error {
 
 func (h *Hooked) Rename(ctx context.Context, oldpath, newpath string, flags uint32) error {
 	return h.run(ctx, &Op{Name: "rename", Path: oldpath, Path2: newpath, Flags: int(flags)}, func() error {
-		return h.Lower.Rename(ctx, oldpath, newpath, flags)
+		err := h.Lower.Rename(ctx, oldpath, newpath, flags)
+		if err == nil {
+			h.renamed(oldpath, newpath, flags&unix.RENAME_EXCHANGE != 0)
+		}
+		return err
 	})
 }
+
+// renamed moves the paths of open files from old to new (and the other way
+// too for an exchange).
+func (h *Hooked) renamed(old, new string, exchange bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for f := range h.files {
+		p := *f.path.Load()
+		if rest, ok := under(p, old); ok {
+			f.path.Store(ptr(new + rest))
+		} else if rest, ok := under(p, new); ok && exchange {
+			f.path.Store(ptr(old + rest))
+		}
+	}
+}
+
+// under reports whether p is dir or below it, and what follows dir.
+func under(p, dir string) (string, bool) {
+	if p == dir {
+		return "", true
+	}
+	if strings.HasPrefix(p, dir+"/") {
+		return p[len(dir):], true
+	}
+	return "", false
+}
+
+func ptr(s string) *string { return &s }
 
 func (h *Hooked) Getxattr(ctx context.Context, path, name string, dest []byte) (n int, err error) {
 	op := &Op{Name: "getxattr", Path: path, Path2: name, Size: int64(len(dest))}
@@ -244,18 +285,28 @@ func (h *Hooked) SyncDir(ctx context.Context, path string) error {
 
 // file wraps an open file of the lower layer.
 func (h *Hooked) file(ctx context.Context, f File, path string) File {
-	return &hookedFile{BaseFile{Lower: f}, h, path, CallerOf(ctx)}
+	hf := &hookedFile{BaseFile: BaseFile{Lower: f}, h: h, opener: CallerOf(ctx)}
+	hf.path.Store(&path)
+	h.mu.Lock()
+	if h.files == nil {
+		h.files = map[*hookedFile]struct{}{}
+	}
+	h.files[hf] = struct{}{}
+	h.mu.Unlock()
+	return hf
 }
 
 // hookedFile is an open file of a Hooked layer.
 type hookedFile struct {
 	BaseFile
 	h      *Hooked
-	path   string
+	path   atomic.Pointer[string]
 	opener *Caller
 }
 
-func (f *hookedFile) op(name string) *Op { return &Op{Name: name, Path: f.path, Opener: f.opener} }
+func (f *hookedFile) op(name string) *Op {
+	return &Op{Name: name, Path: *f.path.Load(), Opener: f.opener}
+}
 
 func (f *hookedFile) ReadAt(ctx context.Context, p []byte, off int64) (n int, err error) {
 	op := f.op("read")
@@ -306,6 +357,9 @@ func (f *hookedFile) Fsync(ctx context.Context, datasync bool) error {
 }
 
 func (f *hookedFile) Release(ctx context.Context) error {
+	f.h.mu.Lock()
+	delete(f.h.files, f)
+	f.h.mu.Unlock()
 	return f.h.run(ctx, f.op("release"), func() error { return f.Lower.Release(ctx) })
 }
 
@@ -329,7 +383,7 @@ func (f *hookedFile) CopyFileRange(ctx context.Context, offIn int64, dst File, o
 	op := f.op("copy_file_range")
 	op.Size = n
 	if d, ok := dst.(*hookedFile); ok {
-		op.Path2 = d.path
+		op.Path2 = *d.path.Load()
 	}
 	err = f.h.run(ctx, op, func() (err error) {
 		c, err = f.BaseFile.CopyFileRange(ctx, offIn, dst, offOut, n, flags)

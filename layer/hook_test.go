@@ -123,3 +123,27 @@ func TestHookedPassthrough(t *testing.T) {
 		t.Fatal("NoPassthrough is ignored")
 	}
 }
+
+// TestHookedFollowsRenames: operations on an open file carry its path after
+// renames of it or of a directory above it.
+func TestHookedFollowsRenames(t *testing.T) {
+	_, r := newRecorder(t)
+	ctx := context.Background()
+	r.Mkdir(ctx, "d", 0o755)
+	f, _, err := r.Create(ctx, "d/f", unix.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _, _ := r.Create(ctx, "g", unix.O_RDWR, 0o644)
+	r.Rename(ctx, "d", "e", 0)
+	r.Rename(ctx, "e/f", "e/h", 0)
+	r.Rename(ctx, "e/h", "g", unix.RENAME_EXCHANGE)
+	r.ops = nil
+	f.Fsync(ctx, false)
+	g.Fsync(ctx, false)
+	f.Release(ctx)
+	g.Release(ctx)
+	if got := strings.Join(r.ops, " "); got != "fsync:g fsync:e/h release:g release:e/h" {
+		t.Fatalf("after renames: %s", got)
+	}
+}

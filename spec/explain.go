@@ -48,8 +48,8 @@ func (s *Spec) Explain(w io.Writer) {
 		mo = append(mo, k+" = "+v)
 	}
 	fmt.Fprintf(w, "mount options: %s\n\n", strings.Join(mo, ", "))
-	seen := map[string]bool{}
-	s.explainLayer(w, s.Mount, "", true, true, seen)
+	e := &explainer{w: w, seen: map[string]bool{}, all: s.dataChangers(s.Mount)}
+	s.explainLayer(e, s.Mount, "", true, true, nil)
 }
 
 func changersText(who []string) string {
@@ -82,35 +82,16 @@ func (s *Spec) dataChangers(name string) []string {
 	return out
 }
 
-// ancestorChangers lists the layers above name (on the way from the mounted
-// layer) that change data.
-func (s *Spec) ancestorChangers(name string) []string {
-	var out []string
-	steps := 0
-	for n := s.upperOf(name); n != "" && steps <= len(s.Layers); n = s.upperOf(n) {
-		steps++ // a bound, should the layers form a cycle
-		l := s.Layers[n]
-		if l.t != nil && l.t.Changes&layer.ChangesData != 0 {
-			out = append([]string{fmt.Sprintf("%q (%s)", n, l.Type)}, out...)
-		}
-		if n == s.Mount {
-			break
-		}
-	}
-	return out
+type explainer struct {
+	w    io.Writer
+	seen map[string]bool
+	all  []string // the layers of the stack that change data
 }
 
-// upperOf is the layer that stacks over name ("" for none).
-func (s *Spec) upperOf(name string) string {
-	for _, n := range s.Order {
-		if contains(s.Layers[n].Over, name) && n != name {
-			return n
-		}
-	}
-	return ""
-}
-
-func (s *Spec) explainLayer(w io.Writer, name, prefix string, last, root bool, seen map[string]bool) {
+// explainLayer prints name and the layers under it. above lists the layers
+// over it that change data.
+func (s *Spec) explainLayer(e *explainer, name, prefix string, last, root bool, above []string) {
+	w, seen := e.w, e.seen
 	l := s.Layers[name]
 	head, body := prefix, prefix
 	if !root {
@@ -141,8 +122,8 @@ func (s *Spec) explainLayer(w io.Writer, name, prefix string, last, root bool, s
 	} else {
 		line("%s", t.Summary)
 		line("changes: %s", t.Changes)
-		onPath := append(s.ancestorChangers(name), s.dataChangers(name)...)
-		all := s.dataChangers(s.Mount)
+		onPath := append(append([]string{}, above...), s.dataChangers(name)...)
+		all := e.all
 		switch {
 		case len(all) == 0:
 			line("passthrough: yes")
@@ -167,10 +148,17 @@ func (s *Spec) explainLayer(w io.Writer, name, prefix string, last, root bool, s
 		line("%s", r.describe(t, indexOfRule(s.Rules, r)+1))
 	}
 	if len(l.Rules) > 0 {
-		line("(rules are tried in order; the first that matches a path applies)")
+		if t != nil && t.Rules != nil && t.Rules.Help != "" {
+			line("(%s)", t.Rules.Help)
+		} else {
+			line("(rules are tried in order; the first that covers a path applies)")
+		}
+	}
+	if t != nil && t.Changes&layer.ChangesData != 0 {
+		above = append(append([]string{}, above...), fmt.Sprintf("%q (%s)", name, l.Type))
 	}
 	for i, o := range l.Over {
-		s.explainLayer(w, o, body, i == len(l.Over)-1, false, seen)
+		s.explainLayer(e, o, body, i == len(l.Over)-1, false, above)
 	}
 }
 

@@ -47,7 +47,8 @@ type Spec struct {
 	Order  []string
 	// Rules are the [[rule]] tables in order; each layer also has its own.
 	Rules []*Rule
-	// Mount options.
+	// Mount options. A zero timeout means the default (1s); a negative one,
+	// written "0s" in the spec, turns that cache off (as in fusefs.Options).
 	AllowOther      bool
 	EntryTimeout    time.Duration
 	AttrTimeout     time.Duration
@@ -187,6 +188,9 @@ func (c *checker) spec(file string, root *table, partial bool) *Spec {
 			if !ok {
 				continue
 			}
+			if d == 0 {
+				d = -1 // "0s": no caching (zero would mean the default)
+			}
 			switch k {
 			case "entry_timeout":
 				s.EntryTimeout = d
@@ -204,11 +208,14 @@ func (c *checker) spec(file string, root *table, partial bool) *Spec {
 			s.LogLevel = v.s
 			s.Given = append(s.Given, k)
 		default:
-			what := "key"
+			what, hint := "key", didYouMean(k, topKeys)
 			if v.kind == vTable {
 				what = "table"
+				if hint == "" {
+					hint = fmt.Sprintf("; a layer is a [layer.NAME] table, as in [layer.%s]", k)
+				}
 			}
-			c.errorf(v.keyPos, "unknown %s %q at the top level%s (expected %s)", what, k, didYouMean(k, topKeys), quoteOr(topKeys))
+			c.errorf(v.keyPos, "unknown %s %q at the top level%s (expected %s)", what, k, hint, quoteOr(topKeys))
 		}
 	}
 	c.layers(s, layersV)
@@ -563,7 +570,7 @@ func (c *checker) graph(s *Spec, mountV *value) {
 			hint = fmt.Sprintf(", such as mount = %q", guessTop(s))
 		}
 		c.errorf(c.pos0, "missing mount = \"NAME\" at the top level: which layer is mounted%s", hint)
-	case s.Mount != "" && s.Layers[s.Mount] == nil:
+	case s.Mount != "" && s.Layers[s.Mount] == nil && len(s.Layers) > 0:
 		c.errorf(s.MountPos, "mount names layer %q, which is not defined%s (layers: %s)", s.Mount, didYouMean(s.Mount, s.Order), quoteAnd(s.Order))
 	}
 	usedBy := map[string]string{}

@@ -292,7 +292,7 @@ func TestRules(t *testing.T) {
 	if n := len(rules.All("a.log")); n != 2 {
 		t.Errorf("All(a.log): %d rules", n)
 	}
-	if r, _ := rules.First("other"); r.Values.Int("limit") != 1<<20 || r.Where != "testdata/explain/fanout.toml:36:3" {
+	if r, _ := rules.First("other"); r.Values.Int("limit") != 1<<20 || r.Where != "testdata/explain/fanout.toml:37:3" {
 		t.Errorf("second rule: %+v", r)
 	}
 	if r, _ := rules.First("a.log"); r.Values.Int("limit") != 4096 {

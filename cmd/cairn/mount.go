@@ -18,6 +18,7 @@ import (
 	"cairn/fusefs"
 	"cairn/layer"
 	_ "cairn/layers/all"
+	"cairn/registry"
 	"cairn/spec"
 )
 
@@ -141,6 +142,11 @@ Flags:
 		Logger:          logger,
 		LowerDirs:       stack.Dirs,
 	}
+	// Catch signals before the mount appears: a signal that arrives while it
+	// is being made then unmounts it (instead of killing the process and
+	// leaving a dead mount).
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	srv, err := fusefs.Mount(mountpoint, stack.Top, opts)
 	if err != nil {
 		report("mount: " + err.Error())
@@ -148,14 +154,12 @@ Flags:
 	}
 	// Signals are caught before readiness is reported: a SIGHUP sent as
 	// soon as the mount is ready must not kill the daemon.
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	logger.Info("mounted", "mountpoint", mountpoint, "spec", specArg, "passthrough", srv.Passthrough, "pid", os.Getpid())
 	report("ok")
 	go func() {
 		for sig := range sigs {
 			if sig == syscall.SIGHUP {
-				hangup(logger, stack)
+				hangup(logger, stack, s, specArg)
 				continue
 			}
 			logger.Info("unmounting", "signal", sig.String())
@@ -170,13 +174,38 @@ Flags:
 }
 
 // hangup serves SIGHUP: layers reopen their own files (logs, after
-// rotation).
-func hangup(logger *slog.Logger, stack *spec.Stack) {
+// rotation), and layers whose rules may change (registry.RuleReloader) get
+// the [[rule]] tables of the spec as it is now.
+func hangup(logger *slog.Logger, stack *spec.Stack, orig *spec.Spec, specArg string) {
 	if err := layer.ReopenStack(stack.Top); err != nil {
 		logger.Error("SIGHUP: reopening files failed", "err", err)
-		return
+	} else {
+		logger.Info("SIGHUP: files reopened")
 	}
-	logger.Info("SIGHUP: files reopened")
+	var s *spec.Spec
+	for name, fs := range stack.Layers {
+		rr, ok := fs.(registry.RuleReloader)
+		if !ok {
+			continue
+		}
+		if s == nil {
+			var err error
+			if s, err = loadSpec(specArg); err != nil {
+				logger.Error("SIGHUP: the spec has errors; the rules stay as they were", "err", spec.Detail(err))
+				return
+			}
+		}
+		l := s.Layers[name]
+		if l == nil || l.Values == nil || l.Type != orig.Layers[name].Type {
+			logger.Error("SIGHUP: the layer is gone from the spec or changed type; its rules stay as they were", "layer", name)
+			continue
+		}
+		if err := rr.ReloadRules(l.Values.Rules()); err != nil {
+			logger.Warn("SIGHUP: rules not reloaded", "layer", name, "err", err)
+			continue
+		}
+		logger.Info("SIGHUP: rules reloaded", "layer", name, "rules", len(l.Values.Rules()))
+	}
 }
 
 // fsName is the mount's source in /proc/mounts: the spec as given, unless an

@@ -108,7 +108,7 @@ func (fs *FS) After(ctx context.Context, op *layer.Op) {
 	res, msg := result(op.Err)
 	fs.log.put(Record{
 		Time: op.Start, Op: op.Name, Path: op.Path, Path2: op.Path2,
-		Uid: c.Uid, Gid: c.Gid, Pid: c.Pid, Comm: comm(c.Pid),
+		Uid: c.Uid, Gid: c.Gid, Pid: c.Pid, Comm: c.Comm(),
 		Result: res, Error: msg, Bytes: op.Bytes, Latency: time.Since(op.Start),
 	})
 }
