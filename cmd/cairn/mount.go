@@ -38,6 +38,7 @@ type mountFlags struct {
 	allowOther    bool
 	debug         bool
 	noPassthrough bool
+	noXattr       bool
 	logLevel      string
 	logFile       string
 	entry, attr   time.Duration
@@ -51,6 +52,7 @@ func runMount(args []string) int {
 	fl.BoolVar(&m.allowOther, "allow-other", false, "let other users use the mount (the kernel checks permissions)")
 	fl.BoolVar(&m.debug, "debug", false, "log every FUSE request (very verbose)")
 	fl.BoolVar(&m.noPassthrough, "no-passthrough", false, "never hand files to the kernel (FUSE passthrough)")
+	fl.BoolVar(&m.noXattr, "no-xattr", false, "no extended attributes (fewer round trips; the spec's xattr = false)")
 	fl.StringVar(&m.logLevel, "log-level", "", "debug, info, warn or error (default: the spec's log_level, else info)")
 	fl.StringVar(&m.logFile, "log-file", "", "log to this file (JSON lines); default: standard error in the foreground, syslog in the background")
 	fl.DurationVar(&m.entry, "entry-timeout", 0, "kernel cache time of names (default: the spec's, else 1s)")
@@ -137,6 +139,7 @@ Flags:
 		AttrTimeout:     pick(m.attr, s.AttrTimeout),
 		NegativeTimeout: pick(m.negative, s.NegativeTimeout),
 		NoPassthrough:   m.noPassthrough,
+		NoXattr:         m.noXattr || s.NoXattr,
 		FsName:          "cairn:" + fsName(specArg, s),
 		Debug:           m.debug,
 		Logger:          logger,
