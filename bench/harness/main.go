@@ -11,11 +11,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -88,6 +90,10 @@ type Bench struct {
 	Tarball string
 	Limit   time.Duration // per (workload, config)
 
+	ctx     context.Context // cancelled on SIGINT/SIGTERM
+	cancel  func()
+	mu      sync.Mutex
+	cur     *Instance // the mounted instance, for cleanup on a signal
 	out     *os.File
 	done    map[string]bool // workload/config pairs already in the results
 	started time.Time
@@ -133,6 +139,7 @@ func cmdRun(args []string) int {
 	fl.Parse(args)
 
 	b := &Bench{Repo: *repo, Quick: *quick, Runs: *runs, started: time.Now(), done: map[string]bool{}}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.Repo, _ = filepath.Abs(b.Repo)
 	if *outDir == "" {
 		*outDir = filepath.Join(b.Repo, "docs/bench")
@@ -171,6 +178,22 @@ func cmdRun(args []string) int {
 		return 1
 	}
 	defer os.RemoveAll(b.Root)
+	// On SIGINT/SIGTERM: unmount what is mounted, remove the work tree, exit.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		sig := <-sigs
+		fmt.Fprintf(os.Stderr, "cairnbench: %v: unmounting and stopping\n", sig)
+		b.cancel() // kills the running command's process group
+		time.Sleep(time.Second)
+		b.mu.Lock()
+		if b.cur != nil {
+			b.cur.stop()
+		}
+		b.mu.Unlock()
+		os.RemoveAll(b.Root)
+		os.Exit(1)
+	}()
 	if err := os.MkdirAll(*outDir, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, "cairnbench:", err)
 		return 1
@@ -201,7 +224,9 @@ func cmdRun(args []string) int {
 		flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND
 		recs, _ := readResults(resPath)
 		for _, r := range recs {
-			b.done[r.Workload+"/"+r.Config] = true
+			if r.Metric != "_load" {
+				b.done[r.Workload+"/"+r.Config] = true
+			}
 		}
 	}
 	b.out, err = os.OpenFile(resPath, flags, 0o644)
@@ -263,7 +288,9 @@ func cmdRun(args []string) int {
 				continue
 			}
 			t0 := time.Now()
+			b.record(Record{Workload: w.Name, Config: c.Name, Metric: "_load", Value: loadAvg(), Unit: "load"})
 			err := runLimited(b, w, c)
+			b.record(Record{Workload: w.Name, Config: c.Name, Metric: "_load", Value: loadAvg(), Unit: "load"})
 			if err != nil {
 				b.record(Record{Workload: w.Name, Config: c.Name, Metric: "run", Error: err.Error()})
 				b.progress("FAILED: %v", err)
@@ -289,9 +316,16 @@ func runLimited(b *Bench, w *Workload, c *Config) error {
 	done := make(chan error, 1)
 	var mu sync.Mutex
 	var inst *Instance
-	cctx, cancel := context.WithCancel(context.Background())
+	cctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
-	ctx := &Ctx{Bench: b, Cfg: c, ctx: cctx, onStart: func(i *Instance) { mu.Lock(); inst = i; mu.Unlock() }}
+	ctx := &Ctx{Bench: b, Cfg: c, ctx: cctx, onStart: func(i *Instance) {
+		mu.Lock()
+		inst = i
+		mu.Unlock()
+		b.mu.Lock()
+		b.cur = i
+		b.mu.Unlock()
+	}}
 	go func() {
 		defer func() {
 			if r := recover(); r != nil {
@@ -324,6 +358,18 @@ func runLimited(b *Bench, w *Workload, c *Config) error {
 		}
 		return fmt.Errorf("time limit of %v reached", b.Limit)
 	}
+}
+
+// loadAvg is the 1-minute load average: other work on the machine shows
+// in it, and the report prints it beside each workload.
+func loadAvg() float64 {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	var l float64
+	fmt.Sscan(string(data), &l)
+	return l
 }
 
 func filterConfigs(cfgs []*Config, only, skip string) []*Config {

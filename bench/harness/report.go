@@ -42,10 +42,12 @@ type results struct {
 	xs      map[string][]float64 // workload/metric -> sorted xs
 	configs []string             // in report order
 	errors  map[string]map[string]string
+	load    map[string]map[string][]float64 // workload -> config -> load averages
 }
 
 func aggregate(recs []Record, meta *Meta) *results {
-	r := &results{stats: map[key]stat{}, metrics: map[string][]string{}, xs: map[string][]float64{}, errors: map[string]map[string]string{}}
+	r := &results{stats: map[key]stat{}, metrics: map[string][]string{}, xs: map[string][]float64{}, errors: map[string]map[string]string{},
+		load: map[string]map[string][]float64{}}
 	vals := map[key][]float64{}
 	units := map[key]string{}
 	seenM := map[string]bool{}
@@ -63,6 +65,13 @@ func aggregate(recs []Record, meta *Meta) *results {
 		}
 	}
 	for _, rec := range recs {
+		if rec.Metric == "_load" {
+			if r.load[rec.Workload] == nil {
+				r.load[rec.Workload] = map[string][]float64{}
+			}
+			r.load[rec.Workload][rec.Config] = append(r.load[rec.Workload][rec.Config], rec.Value)
+			continue
+		}
 		if rec.Error != "" {
 			if r.errors[rec.Workload] == nil {
 				r.errors[rec.Workload] = map[string]string{}
@@ -311,6 +320,10 @@ func makeReport(outDir, reportPath string) error {
 			p("| %s | %s | %s | `%s` | %s | %s |\n", c.Name, c.Kind, oneLine(c.Version), strings.ReplaceAll(oneLine(mount), "|", "\\|"), c.Description, oneLine(status))
 		}
 	}
+	// Hand-written findings, kept beside the results.
+	if notes, err := os.ReadFile(filepath.Join(outDir, "notes.md")); err == nil {
+		p("\n%s\n", strings.TrimSpace(string(notes)))
+	}
 	p("\n## How to read the tables\n\n")
 	p("Each cell is the median over the runs, with the range (min..max) where there was more than one run, and `×r`, the ratio to native (value / native value). For times and space lower is better; for MiB/s, MB/s and IOPS higher is better. The tables \"against the peers\" give each cairn stack's value divided by each peer's (for sweeps: the geometric mean of that ratio over the sizes both measured). Cold means: unmounted, `sync`, `echo 3 > /proc/sys/vm/drop_caches`, mounted again.\n\n")
 
@@ -326,6 +339,9 @@ func makeReport(outDir, reportPath string) error {
 		p("## %s\n\n", w.Title)
 		if meta != nil && meta.Params[wn] != "" {
 			p("%s.\n\n", meta.Params[wn])
+		}
+		if l := r.loadNote(wn); l != "" {
+			p("%s\n\n", l)
 		}
 		if errs := r.errors[wn]; len(errs) > 0 {
 			var cs []string
@@ -520,4 +536,25 @@ func (r *results) plotFor(w string, cfgs []string, title string) []plotSpec {
 		title = "File attributes (ls -lRF)"
 	}
 	return []plotSpec{{File: w + ".png", Title: title, Kind: kind, Panels: panels}}
+}
+
+// loadNote tells the machine's load average around each configuration's
+// measurement: on a shared machine, the figures are only as quiet as that.
+func (r *results) loadNote(w string) string {
+	if len(r.load[w]) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, c := range r.configs {
+		l := r.load[w][c]
+		if len(l) == 0 {
+			continue
+		}
+		lo, hi := l[0], l[0]
+		for _, v := range l {
+			lo, hi = math.Min(lo, v), math.Max(hi, v)
+		}
+		parts = append(parts, fmt.Sprintf("%s %.1f-%.1f", c, lo, hi))
+	}
+	return "Load average (1 min) at the start and end of each configuration's measurement (2 cores; above 2 means other work competed): " + strings.Join(parts, ", ") + "."
 }

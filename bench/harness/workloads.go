@@ -54,8 +54,7 @@ func (c *Ctx) rec(w, metric string, x float64, run int, v float64, unit string) 
 // seconds (user and system include the command's children).
 func (c *Ctx) timed(dir string, argv ...string) (el, user, sys float64, err error) {
 	var out bytes.Buffer
-	cmd := exec.CommandContext(c.ctx, argv[0], argv[1:]...)
-	cmd.Dir = dir
+	cmd := c.command(dir, argv...)
 	cmd.Stdout = io.Discard
 	cmd.Stderr = &limited{b: &out, n: 1 << 16}
 	t0 := time.Now()
@@ -74,8 +73,7 @@ func (c *Ctx) timed(dir string, argv ...string) (el, user, sys float64, err erro
 // output runs a command and returns its standard output.
 func (c *Ctx) output(dir string, argv ...string) (string, float64, error) {
 	var out, errb bytes.Buffer
-	cmd := exec.CommandContext(c.ctx, argv[0], argv[1:]...)
-	cmd.Dir = dir
+	cmd := c.command(dir, argv...)
 	cmd.Stdout = &out
 	cmd.Stderr = &limited{b: &errb, n: 1 << 16}
 	t0 := time.Now()
@@ -85,6 +83,17 @@ func (c *Ctx) output(dir string, argv ...string) (string, float64, error) {
 		err = fmt.Errorf("%s: %v: %s", strings.Join(argv, " "), err, lastLine(errb.String()+out.String()))
 	}
 	return out.String(), el, err
+}
+
+// command is a command in its own process group, killed whole when the
+// workload is stopped (time limit, signal).
+func (c *Ctx) command(dir string, argv ...string) *exec.Cmd {
+	cmd := exec.CommandContext(c.ctx, argv[0], argv[1:]...)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
+	return cmd
 }
 
 type limited struct {
@@ -197,8 +206,8 @@ func (b *Bench) data(kind string, size int64) (string, error) {
 
 func pStreaming(b *Bench) string {
 	size, rt := streamingParams(b)
-	return fmt.Sprintf("fio %s (psync, buffered, fallocate=none): seq write %d MiB bs=1M with end_fsync; cold seq read bs=1M; cold random read 4 KiB of %d MiB (1/8 of the file); random write 4 KiB for %ds (time_based, end_fsync); %d runs",
-		fioVersion(), size, size/8, rt, b.runs(3))
+	return fmt.Sprintf("fio %s (psync, buffered, fallocate=none): seq write %d MiB bs=1M with end_fsync; cold seq read bs=1M; cold random read 4 KiB of %d MiB (1/16 of the file); random write 4 KiB for %ds (time_based, end_fsync); %d runs",
+		fioVersion(), size, size/16, rt, b.runs(3))
 }
 
 func streamingParams(b *Bench) (sizeMiB, runtimeS int) {
@@ -264,9 +273,9 @@ func wStreaming(c *Ctx) error {
 			if err := i.remount(true); err != nil {
 				return err
 			}
-			// A fixed amount (1/8 of the file), not a time: over a long enough
+			// A fixed amount (1/16 of the file), not a time: over a long enough
 			// time readahead would bring the whole file into the cache.
-			if f, err = c.fio(i.Dir, "--rw=randread", "--bs=4k", sz, fmt.Sprintf("--io_size=%dM", size/8)); err != nil {
+			if f, err = c.fio(i.Dir, "--rw=randread", "--bs=4k", sz, fmt.Sprintf("--io_size=%dM", size/16)); err != nil {
 				return err
 			}
 			c.rec("streaming", "random read 4k (cold)", 0, run, f.Jobs[0].Read.IOPS, "IOPS")
@@ -893,7 +902,7 @@ func toolSize(b *Bench) int64 {
 }
 
 func pTools(b *Bench) string {
-	return fmt.Sprintf("a %d MiB file of each kind (%s) copied into the file system (in-process, then unmount so that everything is written); space = apparent bytes added to the lower directory; the tools compress the same file on native ext4: gzip -9 -c, zstd -q -c (level 3) and zstd -19; %d runs",
+	return fmt.Sprintf("a %d MiB file of each kind (%s) copied into the file system (in-process; then a wait until the lower stops growing, and an unmount, so that everything is written); space = apparent bytes added to the lower directory; the tools compress the same file on native ext4: gzip -9 -c, zstd -q -c (level 3) and zstd -19; %d runs",
 		toolSize(b)>>20, strings.Join(toolKinds, ", "), b.runs(2))
 }
 
@@ -929,6 +938,7 @@ func wTools(c *Ctx) error {
 					return err
 				}
 				el := time.Since(t0).Seconds()
+				settle(i.Lower, base)
 				if err := i.unmount(); err != nil {
 					return err
 				}
@@ -968,4 +978,21 @@ func wTools(c *Ctx) error {
 		c.progress("run %d: done", run)
 	}
 	return nil
+}
+
+// settle waits (up to 30 s) until the bytes under the lower directory stop
+// changing: some peers write back after close (rclone's VFS cache uploads
+// 5 s later, and drops what is pending when unmounted).
+func settle(dir string, base int64) {
+	last, stable := int64(-1), 0
+	for t := 0; t < 120 && stable < 4; t++ {
+		n := lowerBytes(dir)
+		if n == last && n > base {
+			stable++
+		} else {
+			stable = 0
+		}
+		last = n
+		time.Sleep(250 * time.Millisecond)
+	}
 }

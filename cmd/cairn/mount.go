@@ -69,7 +69,7 @@ Flags:
 `)
 		fl.PrintDefaults()
 	}
-	if err := fl.Parse(args); err != nil {
+	if err := parseFlags(fl, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
@@ -142,6 +142,11 @@ Flags:
 		Logger:          logger,
 		LowerDirs:       stack.Dirs,
 	}
+	// Catch signals before the mount appears: a signal that arrives while it
+	// is being made then unmounts it (instead of killing the process and
+	// leaving a dead mount).
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	srv, err := fusefs.Mount(mountpoint, stack.Top, opts)
 	if err != nil {
 		report("mount: " + err.Error())
@@ -149,8 +154,6 @@ Flags:
 	}
 	// Signals are caught before readiness is reported: a SIGHUP sent as
 	// soon as the mount is ready must not kill the daemon.
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	logger.Info("mounted", "mountpoint", mountpoint, "spec", specArg, "passthrough", srv.Passthrough, "pid", os.Getpid())
 	report("ok")
 	go func() {
@@ -328,7 +331,7 @@ func runUmount(args []string) int {
 		fmt.Fprintf(fl.Output(), "Usage: cairn umount [-z] MOUNTPOINT\n\nUnmounts a cairn mount; its background process then exits.\n\nFlags:\n")
 		fl.PrintDefaults()
 	}
-	if err := fl.Parse(args); err != nil {
+	if err := parseFlags(fl, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
