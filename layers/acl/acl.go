@@ -20,6 +20,10 @@
 //     under the file's current name, so a descriptor kept across a rule
 //     change loses what the new rules take away (pages already in the
 //     kernel's cache stay readable).
+//
+// Size (Go lines without tests, comments and blank lines): 316 (acl.go,
+// rules.go, register.go); docs/snoop-acl.md compares it with FiST's Aclfs
+// and explains the choices above at length.
 package acl
 
 import (
