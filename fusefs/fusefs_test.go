@@ -229,9 +229,7 @@ func owner(t *testing.T, p string) (uint32, uint32) {
 }
 
 func TestNonRootOwnershipAndPermissions(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to act as other users")
-	}
+	mounttest.NeedRoot(t)
 	m, lower := nullStack(t)
 	if err := os.Mkdir(m.Path("pub"), 0o777); err != nil {
 		t.Fatal(err)
@@ -483,9 +481,7 @@ func (r *recorder) Create(ctx context.Context, p string, flags int, mode uint32)
 }
 
 func TestCallerReachesLayers(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to act as another user")
-	}
+	mounttest.NeedRoot(t)
 	lower := t.TempDir()
 	os.Chmod(lower, 0o777)
 	l, _ := local.New(lower)
@@ -554,5 +550,59 @@ func TestMmapThroughProcess(t *testing.T) {
 			t.Fatalf("%v: lower does not hold the mmap write", extra)
 		}
 		p.Unmount()
+	}
+}
+
+func TestChownDropsSetid(t *testing.T) {
+	mounttest.NeedRoot(t)
+	m, lower := nullStack(t)
+	os.Mkdir(m.Path("u"), 0o777)
+	unix.Chmod(m.Path("u"), 0o777)
+	if out, err := as(1000, 1000, []uint32{3000}, "echo x > "+m.Path("u/prog")+" && chmod 6775 "+m.Path("u/prog")+" && chgrp 3000 "+m.Path("u/prog")); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	var st unix.Stat_t
+	unix.Stat(filepath.Join(lower, "u/prog"), &st)
+	if st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 || st.Gid != 3000 {
+		t.Fatalf("after an unprivileged chgrp the mode is %o, gid %d: set-id bits must be dropped", st.Mode, st.Gid)
+	}
+}
+
+// panicky panics in Getattr of one name: the mount must survive.
+type panicky struct{ layer.Base }
+
+func (p *panicky) Getattr(ctx context.Context, path string) (layer.Attr, error) {
+	if path == "boom" {
+		panic("a bug in a layer")
+	}
+	return p.Base.Getattr(ctx, path)
+}
+
+func TestLayerPanicIsEIO(t *testing.T) {
+	lower := t.TempDir()
+	os.WriteFile(filepath.Join(lower, "boom"), nil, 0o644)
+	os.WriteFile(filepath.Join(lower, "fine"), []byte("ok"), 0o644)
+	l, _ := local.New(lower)
+	defer l.Close()
+	m := mounttest.Mount(t, &panicky{layer.Base{Lower: l}})
+	if _, err := os.Stat(m.Path("boom")); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("stat of the panicking name: %v, want EIO", err)
+	}
+	if mustRead(t, m.Path("fine")) != "ok" {
+		t.Fatal("the mount did not survive the panic")
+	}
+}
+
+func TestNoXattr(t *testing.T) {
+	lower := t.TempDir()
+	l, _ := local.New(lower)
+	defer l.Close()
+	m := mounttest.MountOpts(t, null.New(l), fusefs.Options{NoXattr: true})
+	mustWrite(t, m.Path("f"), "x")
+	if err := unix.Setxattr(m.Path("f"), "user.a", []byte("1"), 0); err != unix.EOPNOTSUPP {
+		t.Fatalf("setxattr with xattrs off: %v, want EOPNOTSUPP", err)
+	}
+	if mustRead(t, m.Path("f")) != "x" {
+		t.Fatal("read")
 	}
 }

@@ -325,6 +325,28 @@ func (o *Option) Convert(raw any) (any, error) {
 	return nil, fmt.Errorf("option %q has unknown kind %q", o.Name, o.Kind)
 }
 
+// DefaultValue returns the option's default in the type Values holds
+// (int64 for Int and Size, time.Duration for Duration, []string for List),
+// so that a default written as 3, "1s" or "64KiB" reads back with
+// Values.Int and friends. It returns nil when there is no default.
+func (o *Option) DefaultValue() any {
+	switch d := o.Default.(type) {
+	case nil:
+		return nil
+	case int:
+		if o.Kind == Int || o.Kind == Size {
+			return int64(d)
+		}
+	case int64, time.Duration, bool, []string:
+		return d
+	case string:
+		if v, err := o.Convert(d); err == nil {
+			return v
+		}
+	}
+	return o.Default
+}
+
 // ParseSize parses 4096, "4k", "64KiB", "1MiB", "2G".
 func ParseSize(s string) (int64, error) {
 	t := strings.TrimSpace(s)

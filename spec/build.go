@@ -109,7 +109,7 @@ func (s *Spec) CheckMountpoint(mountpoint string) error {
 			}
 			switch {
 			case o.Kind == registry.Dir && within(mp, rp):
-				errs = append(errs, &Error{Pos: pos, Msg: fmt.Sprintf("the mountpoint %s is inside the directory %s of layer %q (option %s): the stack would serve itself; mount it elsewhere", mountpoint, p, name, o.Name)})
+				errs = append(errs, &Error{Pos: pos, Msg: fmt.Sprintf("the mountpoint %s is inside the lower directory %s of layer %q (option %s): the stack would serve itself; mount it elsewhere", mountpoint, p, name, o.Name)})
 			case o.Kind == registry.Path && within(rp, mp):
 				errs = append(errs, &Error{Pos: pos, Msg: fmt.Sprintf("the file %s of layer %q (option %s) is inside the mountpoint %s: the stack would write into itself; put it elsewhere", p, name, o.Name, mountpoint)})
 			}

@@ -101,16 +101,25 @@ func (s *Spec) mountOption(k string) string {
 	switch k {
 	case "allow_other":
 		return strconv.FormatBool(s.AllowOther)
+	case "xattr":
+		return strconv.FormatBool(!s.NoXattr)
 	case "entry_timeout":
-		return tomlQuote(s.EntryTimeout.String())
+		return timeoutText(s.EntryTimeout)
 	case "attr_timeout":
-		return tomlQuote(s.AttrTimeout.String())
+		return timeoutText(s.AttrTimeout)
 	case "negative_timeout":
-		return tomlQuote(s.NegativeTimeout.String())
+		return timeoutText(s.NegativeTimeout)
 	case "log_level":
 		return tomlQuote(s.LogLevel)
 	}
 	return `""`
+}
+
+func timeoutText(d time.Duration) string {
+	if d < 0 {
+		return tomlQuote("0s")
+	}
+	return tomlQuote(d.String())
 }
 
 // TopDown lists the layers from the mounted one down (depth first, lowers in

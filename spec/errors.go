@@ -228,3 +228,15 @@ func orList(q []string) string {
 	}
 	return strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
 }
+
+// finish sorts the errors and notes when some were left out.
+func (l ErrorList) finish(file string) error {
+	if len(l) == 0 {
+		return nil
+	}
+	l.sort()
+	if len(l) >= maxErrors {
+		l = append(l, &Error{Pos: Pos{File: file}, Msg: fmt.Sprintf("too many errors: stopped after %d", maxErrors)})
+	}
+	return l
+}

@@ -21,7 +21,11 @@ func (s *Spec) Explain(w io.Writer) {
 	if s.Inline != "" {
 		src = "the inline spec" // not its text: it may hold a secret
 	}
-	fmt.Fprintf(w, "%s mounts layer %q (%d layers)\n", src, s.Mount, len(s.Layers))
+	n := fmt.Sprintf("%d layers", len(s.Layers))
+	if len(s.Layers) == 1 {
+		n = "1 layer"
+	}
+	fmt.Fprintf(w, "%s mounts layer %q (%s)\n", src, s.Mount, n)
 	if who := s.dataChangers(s.Mount); len(who) == 0 {
 		fmt.Fprintf(w, "kernel passthrough: yes: no layer changes file data, so the kernel reads and writes the lower files itself\n")
 	} else {
@@ -44,8 +48,8 @@ func (s *Spec) Explain(w io.Writer) {
 		mo = append(mo, k+" = "+v)
 	}
 	fmt.Fprintf(w, "mount options: %s\n\n", strings.Join(mo, ", "))
-	seen := map[string]bool{}
-	s.explainLayer(w, s.Mount, "", true, true, seen)
+	e := &explainer{w: w, seen: map[string]bool{}, all: s.dataChangers(s.Mount)}
+	s.explainLayer(e, s.Mount, "", true, true, nil)
 }
 
 func changersText(who []string) string {
@@ -78,7 +82,16 @@ func (s *Spec) dataChangers(name string) []string {
 	return out
 }
 
-func (s *Spec) explainLayer(w io.Writer, name, prefix string, last, root bool, seen map[string]bool) {
+type explainer struct {
+	w    io.Writer
+	seen map[string]bool
+	all  []string // the layers of the stack that change data
+}
+
+// explainLayer prints name and the layers under it. above lists the layers
+// over it that change data.
+func (s *Spec) explainLayer(e *explainer, name, prefix string, last, root bool, above []string) {
+	w, seen := e.w, e.seen
 	l := s.Layers[name]
 	head, body := prefix, prefix
 	if !root {
@@ -109,10 +122,15 @@ func (s *Spec) explainLayer(w io.Writer, name, prefix string, last, root bool, s
 	} else {
 		line("%s", t.Summary)
 		line("changes: %s", t.Changes)
-		if who := s.dataChangers(name); len(who) == 0 {
+		onPath := append(append([]string{}, above...), s.dataChangers(name)...)
+		all := e.all
+		switch {
+		case len(all) == 0:
 			line("passthrough: yes")
-		} else {
-			line("passthrough: no (%s data)", changersText(who))
+		case len(onPath) > 0:
+			line("passthrough: no (%s data)", changersText(onPath))
+		default:
+			line("passthrough: no (no layer on this path changes data, but the mount turns passthrough off for all files: %s data)", changersText(all))
 		}
 		for i := range t.Options {
 			o := &t.Options[i]
@@ -122,7 +140,7 @@ func (s *Spec) explainLayer(w io.Writer, name, prefix string, last, root bool, s
 			case given:
 				line("%s = %s", o.Name, FormatValue(o, raw, typed, false))
 			case typed != nil:
-				line("%s = %s (default)", o.Name, FormatValue(o, nil, typed, false))
+				line("%s = %s (default)", o.Name, FormatValue(o, o.Default, typed, false))
 			}
 		}
 	}
@@ -130,10 +148,17 @@ func (s *Spec) explainLayer(w io.Writer, name, prefix string, last, root bool, s
 		line("%s", r.describe(t, indexOfRule(s.Rules, r)+1))
 	}
 	if len(l.Rules) > 0 {
-		line("(rules are tried in order; the first that matches a path applies)")
+		if t != nil && t.Rules != nil && t.Rules.Help != "" {
+			line("(%s)", t.Rules.Help)
+		} else {
+			line("(rules are tried in order; the first that covers a path applies)")
+		}
+	}
+	if t != nil && t.Changes&layer.ChangesData != 0 {
+		above = append(append([]string{}, above...), fmt.Sprintf("%q (%s)", name, l.Type))
 	}
 	for i, o := range l.Over {
-		s.explainLayer(w, o, body, i == len(l.Over)-1, false, seen)
+		s.explainLayer(e, o, body, i == len(l.Over)-1, false, above)
 	}
 }
 
@@ -154,7 +179,7 @@ func (r *Rule) describe(t *registry.Type, n int) string {
 			case given:
 				parts = append(parts, o.Name+" = "+FormatValue(o, raw, typed, false))
 			case typed != nil:
-				parts = append(parts, o.Name+" = "+FormatValue(o, nil, typed, false)+" (default)")
+				parts = append(parts, o.Name+" = "+FormatValue(o, o.Default, typed, false)+" (default)")
 			}
 		}
 		if len(parts) > 0 {

@@ -3,6 +3,8 @@ package spec_test
 import (
 	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -82,6 +84,13 @@ var parseSeeds = []string{
 func FuzzParse(f *testing.F) {
 	for _, s := range parseSeeds {
 		f.Add([]byte(s))
+	}
+	// The golden specs are seeds too.
+	files, _ := filepath.Glob("testdata/errors/*.toml")
+	for _, name := range files {
+		if b, err := os.ReadFile(name); err == nil {
+			f.Add(b)
+		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := spec.Parse("fuzz.toml", data)

@@ -24,7 +24,8 @@ const InlineFile = "inline"
 //	bare    = chars other than , ( ) " ' (spaces around it are dropped)
 //	TYPE, NAME = letters, digits, - and _
 //
-// ":DIR" is short for ",local(path=DIR)"; DIR is the rest of the text, as is.
+// ":DIR" is short for ",local(path=DIR)"; DIR is the rest of the text, as is
+// (but for spaces after the ":").
 // A chain without ":DIR" must end with a bottom layer. A text that starts
 // with "/", "./", "../" or "~/", or that names an existing directory, is a
 // DIR alone: local(path=DIR).
@@ -66,17 +67,25 @@ func ParseInline(text string) (*Spec, error) {
 	s.Inline = text
 	s.text = []byte(oneLine(text))
 	errs.fillLines(InlineFile, []byte(oneLine(text)))
-	return s, errs.err()
+	return s, errs.finish(InlineFile)
 }
 
 // LooksInline reports whether arg is meant as the inline form rather than a
-// spec file: it is not an existing regular file and does not end in .toml.
+// spec file: it is not an existing regular file, does not end in .toml, and
+// either holds one of "(,:", names an existing directory, or is a layer type.
 func LooksInline(arg string) bool {
 	if strings.HasSuffix(arg, ".toml") {
 		return false
 	}
 	fi, err := os.Stat(arg)
-	return err != nil || !fi.Mode().IsRegular()
+	if err == nil {
+		return !fi.Mode().IsRegular()
+	}
+	if strings.ContainsAny(arg, "(,:") {
+		return true
+	}
+	_, isType := registry.Lookup(strings.TrimSpace(arg))
+	return isType
 }
 
 type inlineParser struct {
@@ -176,6 +185,7 @@ func (p *inlineParser) parse() ([]inlineLayer, string, Pos) {
 			continue
 		case ':':
 			p.i++
+			p.space()
 			dir := p.s[p.i:]
 			if dir == "" {
 				p.errorf(p.i, "expected a directory after \":\", found the end")
@@ -333,12 +343,6 @@ func inlineTable(chain []inlineLayer, dir string, dirPos Pos) *table {
 	root.set("mount", &value{kind: vString, s: names[0], pos: root.pos, keyPos: root.pos})
 	root.set("layer", &value{kind: vTable, tab: layers, pos: root.pos, keyPos: root.pos})
 	return root
-}
-
-// typeOf is a helper for tests and tools: the registered type of a name.
-func typeOf(name string) *registry.Type {
-	t, _ := registry.Lookup(name)
-	return t
 }
 
 // oneLine is the inline text as one line, for error carets: its positions

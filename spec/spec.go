@@ -20,6 +20,7 @@
 package spec
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -46,8 +47,10 @@ type Spec struct {
 	Order  []string
 	// Rules are the [[rule]] tables in order; each layer also has its own.
 	Rules []*Rule
-	// Mount options.
+	// Mount options. A zero timeout means the default (1s); a negative one,
+	// written "0s" in the spec, turns that cache off (as in fusefs.Options).
 	AllowOther      bool
+	NoXattr         bool // xattr = false: no extended attributes, fewer round trips
 	EntryTimeout    time.Duration
 	AttrTimeout     time.Duration
 	NegativeTimeout time.Duration
@@ -91,8 +94,24 @@ type Rule struct {
 	Paths   *pathmatch.Set
 }
 
+// HasSecrets reports whether the spec sets a secret option (which must not
+// be shown, as in the mount's source name in /proc/mounts).
+func (s *Spec) HasSecrets() bool {
+	for _, l := range s.Layers {
+		if l.t == nil {
+			continue
+		}
+		for _, o := range l.t.Options {
+			if _, ok := l.Options[o.Name]; ok && o.Secret {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Mount option names, in the order they are documented.
-var mountOptions = []string{"allow_other", "entry_timeout", "attr_timeout", "negative_timeout", "log_level"}
+var mountOptions = []string{"allow_other", "xattr", "entry_timeout", "attr_timeout", "negative_timeout", "log_level"}
 
 var topKeys = append([]string{"mount", "layer", "rule"}, mountOptions...)
 
@@ -115,6 +134,7 @@ func Load(path string) (*Spec, error) {
 // every mistake found (and the spec as far as it could be read).
 func Parse(file string, data []byte) (*Spec, error) {
 	var errs ErrorList
+	data = bytes.TrimPrefix(data, []byte("\ufeff")) // a byte order mark: editors do not show it
 	src := newSource(file, data)
 	root := parseTOML(src, &errs)
 	syntaxErrs := len(errs) > 0
@@ -122,7 +142,7 @@ func Parse(file string, data []byte) (*Spec, error) {
 	s := c.spec(file, root, syntaxErrs)
 	s.text = data
 	errs.fillLines(file, data)
-	return s, errs.err()
+	return s, errs.finish(file)
 }
 
 // checker turns the value tree into a Spec, collecting errors.
@@ -164,10 +184,20 @@ func (c *checker) spec(file string, root *table, partial bool) *Spec {
 			}
 			s.AllowOther = v.b
 			s.Given = append(s.Given, k)
+		case "xattr":
+			if v.kind != vBool {
+				c.errorf(v.pos, "xattr must be true or false, found %s", v.describe())
+				continue
+			}
+			s.NoXattr = !v.b
+			s.Given = append(s.Given, k)
 		case "entry_timeout", "attr_timeout", "negative_timeout":
 			d, ok := c.duration(k, v)
 			if !ok {
 				continue
+			}
+			if d == 0 {
+				d = -1 // "0s": no caching (zero would mean the default)
 			}
 			switch k {
 			case "entry_timeout":
@@ -186,11 +216,14 @@ func (c *checker) spec(file string, root *table, partial bool) *Spec {
 			s.LogLevel = v.s
 			s.Given = append(s.Given, k)
 		default:
-			what := "key"
+			what, hint := "key", didYouMean(k, topKeys)
 			if v.kind == vTable {
 				what = "table"
+				if hint == "" {
+					hint = fmt.Sprintf("; a layer is a [layer.NAME] table, as in [layer.%s]", k)
+				}
 			}
-			c.errorf(v.keyPos, "unknown %s %q at the top level%s (expected %s)", what, k, didYouMean(k, topKeys), quoteOr(topKeys))
+			c.errorf(v.keyPos, "unknown %s %q at the top level%s (expected %s)", what, k, hint, quoteOr(topKeys))
 		}
 	}
 	c.layers(s, layersV)
@@ -310,11 +343,11 @@ func (c *checker) layer(l *Layer, tab *table) {
 			continue
 		}
 	}
-	if l.t == nil || bad {
+	if l.t == nil {
 		return
 	}
 	vals, ok := c.values(fmt.Sprintf("layer %q", l.Name), l.Pos, l.t.Options, tab)
-	if ok {
+	if ok && !bad {
 		l.Values = vals
 	}
 }
@@ -334,8 +367,8 @@ func (c *checker) values(what string, at Pos, opts []registry.Option, tab *table
 			} else if o.Required {
 				ok = false
 				c.errorf(at, "%s is missing option %q: %s (%s)", what, o.Name, o.Help, kindWant(o))
-			} else if o.Default != nil {
-				vals[o.Name] = o.Default
+			} else if d := o.DefaultValue(); d != nil {
+				vals[o.Name] = d
 			}
 			continue
 		}
@@ -360,9 +393,12 @@ func (c *checker) convert(o *registry.Option, v *value) (any, error) {
 	if v.kind == vArray && o.Kind != registry.List {
 		return nil, fmt.Errorf("option %q must be %s, found %s", o.Name, kindWant(o), v.describe())
 	}
+	if o.Kind == registry.String && len(o.Allowed) > 0 && v.kind == vString && !contains(o.Allowed, v.s) {
+		return nil, fmt.Errorf("option %q must be one of %s, found %s%s", o.Name, quoteOr(o.Allowed), v.describe(), didYouMean(v.s, o.Allowed))
+	}
 	cv, err := o.Convert(v.plain())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("option %q must be %s, found %s", o.Name, kindWant(o), v.describe())
 	}
 	switch o.Kind {
 	case registry.Size:
@@ -377,6 +413,7 @@ func (c *checker) convert(o *registry.Option, v *value) (any, error) {
 		if strings.ContainsRune(p, 0) {
 			return nil, fmt.Errorf("option %q must be %s, found a path with a NUL byte", o.Name, kindWant(o))
 		}
+		p = expandHome(p)
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(c.dir, p)
 			if abs, err := filepath.Abs(p); err == nil {
@@ -465,8 +502,8 @@ func (c *checker) rule(s *Spec, tab *table) {
 				didYouMean(k, append(optionNames(t.Rules.Options), ruleKeys...)), ruleOptionsOf(t))
 		}
 	}
-	if t != nil && !bad {
-		if vals, ok := c.values(fmt.Sprintf("rule for layer %q", l.Name), r.Pos, t.Rules.Options, tab); ok {
+	if t != nil {
+		if vals, ok := c.values(fmt.Sprintf("rule for layer %q", l.Name), r.Pos, t.Rules.Options, tab); ok && !bad {
 			r.Values = vals
 		}
 	}
@@ -541,7 +578,7 @@ func (c *checker) graph(s *Spec, mountV *value) {
 			hint = fmt.Sprintf(", such as mount = %q", guessTop(s))
 		}
 		c.errorf(c.pos0, "missing mount = \"NAME\" at the top level: which layer is mounted%s", hint)
-	case s.Mount != "" && s.Layers[s.Mount] == nil:
+	case s.Mount != "" && s.Layers[s.Mount] == nil && len(s.Layers) > 0:
 		c.errorf(s.MountPos, "mount names layer %q, which is not defined%s (layers: %s)", s.Mount, didYouMean(s.Mount, s.Order), quoteAnd(s.Order))
 	}
 	usedBy := map[string]string{}

@@ -25,7 +25,7 @@ func init() {
 		Name: "testrules", Summary: "a test type that takes rules", MinLowers: 1, MaxLowers: 1,
 		Rules: &registry.RuleSpec{Help: "what to do with matching paths", Options: []registry.Option{
 			{Name: "action", Kind: registry.String, Allowed: []string{"hide", "log"}, Required: true, Help: "what to do"},
-			{Name: "limit", Kind: registry.Size, Default: int64(4096), Help: "how much"},
+			{Name: "limit", Kind: registry.Size, Default: "4KiB", Help: "how much"},
 		}},
 		New: func(l []layer.FS, _ registry.Values) (layer.FS, error) { return null.New(l[0]), nil },
 	})
@@ -33,7 +33,7 @@ func init() {
 		Name: "testkinds", Summary: "a test type with every kind of option", MinLowers: 1, MaxLowers: 1,
 		Changes: layer.ChangesData | layer.ChangesNames,
 		Options: []registry.Option{
-			{Name: "n", Kind: registry.Int, Default: int64(3), Help: "a number"},
+			{Name: "n", Kind: registry.Int, Default: 3, Help: "a number"},
 			{Name: "flag", Kind: registry.Bool, Help: "a flag"},
 			{Name: "wait", Kind: registry.Duration, Default: time.Second, Help: "a duration"},
 			{Name: "size", Kind: registry.Size, Help: "a size"},
@@ -110,9 +110,10 @@ func TestInlineErrors(t *testing.T) {
 		`testkinds(n="x\q"):/`:    `inline:1:15: in a "quoted" value, \ must be followed by " or \`,
 		`testkinds(n='x):/`:       `inline:1:13: the quoted value is not closed (expected a closing ')`,
 		"testkinds(n=1,n=2):/":    `inline:1:15: option "n" of testkinds is given twice`,
-		"testkinds(n=x y):/":      `inline:1:13: layer "testkinds": option "n" must be an integer, found "x y"`,
+		"testkinds(n=x y):/":      `inline:1:13: layer "testkinds": option "n" must be an integer, found the string "x y"`,
 		"testkinds(mod=fast):/":   `inline:1:11: layer "testkinds" (type testkinds) has no option "mod"; did you mean "mode"? (options of testkinds: n, flag, wait, size, mode, list, when, ratio, sub, key, log)`,
 		"null x":                  `inline:1:6: expected "(", "," or ":" after layer type "null", found 'x'`,
+		"testkinds(mode=fsat):/":  `inline:1:16: layer "testkinds": option "mode" must be one of "fast" or "safe", found the string "fsat"; did you mean "fast"?`,
 		"(":                       `inline:1:1: expected a layer type (letters, digits, - and _) or a directory, found '('`,
 		"a:/":                     `inline:1:1: unknown layer type "a" (known types: TYPES)`,
 	}
@@ -134,7 +135,7 @@ func TestInlineGood(t *testing.T) {
 	cases := map[string]string{
 		dir:                        "local",
 		"null:" + dir:              "null > local",
-		"null , null:" + dir:       "null > null-2 > local",
+		"null , null : " + dir:     "null > null-2 > local",
 		"mux(names=a),null:" + dir: "mux > null > local",
 		"testkinds(n=7, flag=true, wait=2m, size=64KiB, mode=fast, list=a+b+c, key=\"s,e)c\"):" + dir: "testkinds > local",
 		"null,local(path=" + dir + ")":              "null > local",
@@ -233,3 +234,88 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func tomlOf(v any) string { return fmt.Sprint(v) }
+
+// TestExplainGolden compares explain and --toml output for the good specs
+// in testdata/explain with their .golden files.
+func TestExplainGolden(t *testing.T) {
+	files, _ := filepath.Glob("testdata/explain/*.toml")
+	if len(files) == 0 {
+		t.Fatal("no test specs")
+	}
+	for _, f := range files {
+		s, err := spec.Load(f)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		var b bytes.Buffer
+		s.Explain(&b)
+		b.WriteString("\n--- as TOML:\n")
+		b.WriteString(s.TOML(false))
+		golden := strings.TrimSuffix(f, ".toml") + ".golden"
+		if *update {
+			os.WriteFile(golden, b.Bytes(), 0o644)
+			continue
+		}
+		want, err := os.ReadFile(golden)
+		if err != nil {
+			t.Fatalf("%v (run go test ./spec -run TestExplainGolden -update)", err)
+		}
+		if b.String() != string(want) {
+			t.Errorf("explain of %s changed:\n--- got\n%s--- want\n%s", f, b.String(), want)
+		}
+		if strings.Contains(b.String(), "hunter2") {
+			t.Errorf("a secret is shown")
+		}
+		roundTrip(t, s)
+	}
+}
+
+// TestRules checks that a layer's rules reach its values, in order, and
+// match as documented.
+func TestRules(t *testing.T) {
+	s, err := spec.Load("testdata/explain/fanout.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := s.Layers["plain"].Values.Rules()
+	if len(rules) != 2 {
+		t.Fatalf("%d rules", len(rules))
+	}
+	for path, want := range map[string]string{
+		"a.log": "log", "x/y.log": "log", "tmp": "log", "tmp/x": "log", "tmp/keep/x": "hide", "other": "hide", "": "hide",
+	} {
+		r, ok := rules.First(path)
+		if !ok || r.Values.String("action") != want {
+			t.Errorf("%q: rule %v %v, want action %s", path, r.Values, ok, want)
+		}
+	}
+	if n := len(rules.All("a.log")); n != 2 {
+		t.Errorf("All(a.log): %d rules", n)
+	}
+	if r, _ := rules.First("other"); r.Values.Int("limit") != 1<<20 || r.Where != "testdata/explain/fanout.toml:37:3" {
+		t.Errorf("second rule: %+v", r)
+	}
+	if r, _ := rules.First("a.log"); r.Values.Int("limit") != 4096 {
+		t.Errorf("default limit: %+v", r.Values)
+	}
+	if s.Layers["coded"].Values.Rules() != nil {
+		t.Errorf("a type without rules got rules")
+	}
+}
+
+func TestTooManyErrorsAndBOM(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("mount = \"a\"\n")
+	for i := 0; i < 80; i++ {
+		fmt.Fprintf(&b, "k%d = 1\n", i)
+	}
+	_, err := spec.Parse("many.toml", []byte(b.String()))
+	l, _ := err.(spec.ErrorList)
+	if len(l) != 51 || l[50].Error() != "many.toml: too many errors: stopped after 50" || l[0].Pos.Line != 2 {
+		t.Errorf("%d errors, last %v", len(l), l[len(l)-1])
+	}
+	_, err = spec.Parse("bom.toml", []byte("\ufeffmount = \"a\"\n[layer.a]\ntype = \"local\"\npath = \"/\"\n"))
+	if err != nil {
+		t.Errorf("a byte order mark: %v", err)
+	}
+}

@@ -32,7 +32,7 @@ Flags:
 `)
 		fl.PrintDefaults()
 	}
-	if err := fl.Parse(args); err != nil {
+	if err := parseFlags(fl, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
@@ -50,7 +50,7 @@ Flags:
 		return specFailed(stderr, fl.Arg(0), err)
 	}
 	if !*quiet {
-		fmt.Fprintf(stdout, "%s: ok: %d layers, mounts %q\n", specName(s), len(s.Layers), s.Mount)
+		fmt.Fprintf(stdout, "%s: ok: %s, mounts %q\n", specName(s), plural(len(s.Layers), "layer"), s.Mount)
 	}
 	return exitOK
 }
@@ -61,11 +61,14 @@ func specFailed(w io.Writer, arg string, err error) int {
 	if n := spec.Count(err); n > 1 {
 		fmt.Fprintf(w, "%d errors\n", n)
 	}
-	var se *spec.Error
-	if errors.As(err, &se) {
-		return exitSpec
-	}
 	return exitSpec
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 func specName(s *spec.Spec) string {

@@ -56,15 +56,28 @@ func codeBlocks(md string) []block {
 }
 
 // TestSpecDocExamples checks every complete spec (one with a mount) in
-// docs/spec.md: it must be good once its directories exist, and explain must
+// docs/spec.md and README.md: it must be good once its directories exist, and explain must
 // work on it.
 func TestSpecDocExamples(t *testing.T) {
 	md, err := os.ReadFile("../../docs/spec.md")
 	if err != nil {
 		t.Fatal(err)
 	}
+	blocks := codeBlocks(string(md))
+	// The README's spec is a here-document in a sh block.
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range codeBlocks(string(readme)) {
+		text := strings.Join(b.lines, "\n")
+		if _, rest, ok := strings.Cut(text, "<<'END'\n"); ok {
+			body, _, _ := strings.Cut(rest, "\nEND")
+			blocks = append(blocks, block{info: "toml", line: b.line, lines: strings.Split(body, "\n")})
+		}
+	}
 	n := 0
-	for _, b := range codeBlocks(string(md)) {
+	for _, b := range blocks {
 		text := strings.Join(b.lines, "\n") + "\n"
 		if b.info != "toml" || !strings.Contains(text, "mount =") {
 			continue
@@ -86,15 +99,16 @@ func TestSpecDocExamples(t *testing.T) {
 		os.WriteFile(file, []byte(text), 0o644)
 		var out bytes.Buffer
 		if code := runCheck([]string{file}, &out, &out); code != exitOK {
-			t.Errorf("docs/spec.md:%d: the example does not check:\n%s", b.line, out.String())
+			t.Errorf("example at line %d: it does not check:\n%s", b.line, out.String())
 		}
 		out.Reset()
 		if code := runExplain([]string{file}, &out, &out); code != exitOK {
-			t.Errorf("docs/spec.md:%d: explain fails:\n%s", b.line, out.String())
+			t.Errorf("example at line %d: explain fails:\n%s", b.line, out.String())
 		}
 	}
-	if n < 3 {
-		t.Errorf("only %d examples found in docs/spec.md", n)
+	t.Logf("%d examples checked", n)
+	if n < 4 {
+		t.Errorf("only %d examples found in docs/spec.md and README.md", n)
 	}
 }
 

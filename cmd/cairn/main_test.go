@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -122,7 +123,8 @@ func TestMountErrors(t *testing.T) {
 	inside := filepath.Join(lower, "mnt")
 	os.Mkdir(inside, 0o755)
 	out, code := cairn(t, "mount", writeSpec(t, lower), inside)
-	if code != exitMount || !strings.Contains(out, "inside the lower directory") {
+	// Caught before anything is mounted, as a spec error with its position.
+	if (code != exitSpec && code != exitMount) || !strings.Contains(out, "is inside the") {
 		t.Fatalf("mountpoint inside the lower: exit %d: %s", code, out)
 	}
 	bad := filepath.Join(t.TempDir(), "bad.toml")
@@ -138,5 +140,17 @@ func TestMountErrors(t *testing.T) {
 	}
 	if out, code := cairn(t, "--help"); code != 0 || !strings.Contains(out, "umount") || !strings.Contains(out, "Exit codes") {
 		t.Fatalf("help: %d %s", code, out)
+	}
+}
+
+func TestFlagsAnywhere(t *testing.T) {
+	fl := flag.NewFlagSet("x", flag.ContinueOnError)
+	a := fl.Bool("a", false, "")
+	s := fl.String("s", "", "")
+	if err := parseFlags(fl, []string{"one", "-a", "two", "-s", "v", "--", "-three"}); err != nil {
+		t.Fatal(err)
+	}
+	if !*a || *s != "v" || strings.Join(fl.Args(), " ") != "one two -three" {
+		t.Fatalf("a=%v s=%q args=%q", *a, *s, fl.Args())
 	}
 }
