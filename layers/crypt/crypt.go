@@ -28,6 +28,7 @@ type FS struct {
 	names *names
 	xattr *names
 	meta  cipher.AEAD // symlink targets and xattr values
+	ivKey []byte      // MACs of directory IVs
 	cache *nameCache
 	rand  io.Reader
 
@@ -77,6 +78,7 @@ func New(lower layer.FS, cfg *Config, master []byte, o Options) (*FS, error) {
 	return &FS{
 		Base: layer.Base{Lower: lower}, c: c, names: nm, xattr: xn,
 		meta:  newAEAD(cfg.Cipher, subkey(master, "meta", 32)),
+		ivKey: subkey(master, "diriv", 32),
 		cache: newNameCache(o.CacheDirs, o.CacheNames), rand: o.Rand,
 		files: map[uint64]*fileState{},
 	}, nil
@@ -174,15 +176,16 @@ func (fs *FS) readIV(ctx context.Context, path, lower string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Release(ctx)
-	iv := make([]byte, dirIVSize+1)
-	n, err := readFull(ctx, f, iv, 0)
+	b := make([]byte, dirIVSize+dirIVMAC+1)
+	n, err := readFull(ctx, f, b, 0)
 	if err != nil {
 		return nil, err
 	}
-	if n != dirIVSize {
-		return nil, corruptf("/"+path, "%s/%s has %d bytes, want %d", lower, dirIVName, n, dirIVSize)
+	iv, ok := checkIV(fs.ivKey, b[:n])
+	if !ok {
+		return nil, corruptf("/"+path, "the directory's IV (%s) does not authenticate", layer.Join(lower, dirIVName))
 	}
-	return iv[:dirIVSize], nil
+	return iv, nil
 }
 
 // encName returns the lower name of a plaintext name in directory d, and
@@ -393,7 +396,7 @@ func (fs *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, 
 	}
 	iv := make([]byte, dirIVSize)
 	io.ReadFull(fs.rand, iv)
-	if err := writeNew(ctx, fs.Lower, layer.Join(lp, dirIVName), iv, 0o444); err != nil {
+	if err := writeNew(ctx, fs.Lower, layer.Join(lp, dirIVName), ivFile(fs.ivKey, iv), 0o444); err != nil {
 		fs.Lower.Rmdir(ctx, lp)
 		fs.dropLong(ctx, lp, long)
 		return layer.Attr{}, err
@@ -429,15 +432,15 @@ func (fs *FS) Rmdir(ctx context.Context, path string) error {
 	ivPath := layer.Join(lp, dirIVName)
 	if iv == nil {
 		if b, err := layer.ReadFile(ctx, fs.Lower, ivPath); err == nil {
-			iv = b
+			iv, _ = checkIV(fs.ivKey, b)
 		}
 	}
 	if err := fs.Lower.Unlink(ctx, ivPath); err != nil && !errors.Is(err, syscall.ENOENT) {
 		return err
 	}
 	if err := fs.Lower.Rmdir(ctx, lp); err != nil {
-		if len(iv) == dirIVSize {
-			writeNew(ctx, fs.Lower, ivPath, iv, 0o444)
+		if iv != nil {
+			writeNew(ctx, fs.Lower, ivPath, ivFile(fs.ivKey, iv), 0o444)
 		}
 		return err
 	}
