@@ -82,12 +82,12 @@ func TestTampering(t *testing.T) {
 		b[off] ^= 0x10
 		write(name, b)
 	}
-	flip("blockflip", hs+cbs+12+100)        // ciphertext of block 1
-	flip("tagflip", hs+cbs-1)               // tag of block 0
-	flip("nonceflip", hs+2*cbs+3)           // nonce of block 2
-	flip("headerflip", 10)                  // file ID
-	flip("magicflip", 0)                    // magic
-	b := read("swap")                       // swap blocks 0 and 1
+	flip("blockflip", hs+cbs+12+100) // ciphertext of block 1
+	flip("tagflip", hs+cbs-1)        // tag of block 0
+	flip("nonceflip", hs+2*cbs+3)    // nonce of block 2
+	flip("headerflip", 10)           // file ID
+	flip("magicflip", 0)             // magic
+	b := read("swap")                // swap blocks 0 and 1
 	b0 := bytes.Clone(b[hs : hs+cbs])
 	copy(b[hs:], b[hs+cbs:hs+2*cbs])
 	copy(b[hs+cbs:], b0)
