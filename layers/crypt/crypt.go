@@ -34,6 +34,9 @@ type FS struct {
 
 	mu    sync.Mutex
 	files map[uint64]*fileState // open files, by lower inode number
+
+	xmu    sync.Mutex
+	xnames map[string]string // xattr name -> lower name (a few: ACLs, user.*)
 }
 
 var _ layer.FS = (*FS)(nil)
@@ -80,7 +83,7 @@ func New(lower layer.FS, cfg *Config, master []byte, o Options) (*FS, error) {
 		meta:  newAEAD(cfg.Cipher, subkey(master, "meta", 32)),
 		ivKey: subkey(master, "diriv", 32),
 		cache: newNameCache(o.CacheDirs, o.CacheNames), rand: o.Rand,
-		files: map[uint64]*fileState{},
+		files: map[uint64]*fileState{}, xnames: map[string]string{},
 	}, nil
 }
 
@@ -498,7 +501,7 @@ func (fs *FS) Readlink(ctx context.Context, path string) (string, error) {
 	}
 	b, err := b64.DecodeString(enc)
 	ns := fs.meta.NonceSize()
-	if err == nil && len(b) >= ns+fs.meta.Overhead() {
+	if err == nil && len(b) >= ns+fs.meta.Overhead() && b64.EncodeToString(b) == enc {
 		var t []byte
 		if t, err = fs.meta.Open(nil, b[:ns], b[ns:], []byte(symlinkAAD)); err == nil {
 			return string(t), nil

@@ -69,7 +69,9 @@ var errName = errors.New("file name does not authenticate")
 // decrypt reverses encrypt.
 func (n *names) decrypt(iv []byte, enc string) (string, error) {
 	ct, err := b64.DecodeString(enc)
-	if err != nil || len(ct) < 16+namePad || (len(ct)-16)%namePad != 0 {
+	// Only the canonical encoding: the decoder skips CR and LF and
+	// ignores stray low bits, which would give one name two lower names.
+	if err != nil || len(ct) < 16+namePad || (len(ct)-16)%namePad != 0 || b64.EncodeToString(ct) != enc {
 		return "", errName
 	}
 	pt, err := n.siv.DecryptDeterministically(ct, iv)

@@ -125,6 +125,8 @@ func TestTampering(t *testing.T) {
 	layer.MkdirAll(ctx, fs, "dir2", 0o755)
 	layer.MkdirAll(ctx, fs, "dir3", 0o755)
 	layer.MkdirAll(ctx, fs, "dir4", 0o755)
+	layer.MkdirAll(ctx, fs, "dir5", 0o755)
+	layer.WriteFile(ctx, fs, "dir5/dup", []byte("d"), 0o644)
 	layer.WriteFile(ctx, fs, "dir1/a", []byte("a"), 0o644)
 	layer.WriteFile(ctx, fs, "dir2/b", []byte("b"), 0o644)
 	layer.WriteFile(ctx, fs, "dir3/"+strings.Repeat("L", 200), []byte("long"), 0o644)
@@ -142,6 +144,10 @@ func TestTampering(t *testing.T) {
 		bad[5] ^= 3
 	}
 	os.Rename(a, filepath.Join(filepath.Dir(a), string(bad)))
+	// a second lower name that decodes to the same bytes (the base64
+	// decoder skips CR)
+	dup := lp("dir5/dup")
+	os.Link(dup, filepath.Join(filepath.Dir(dup), filepath.Base(dup)[:5]+"\r"+filepath.Base(dup)[5:]))
 	// a directory's IV changed
 	iv := filepath.Join(lp("dir2"), dirIVName)
 	os.Chmod(iv, 0o644)
@@ -201,6 +207,8 @@ func TestTampering(t *testing.T) {
 	wantEIO("changed directory IV (readdir)", "/dir2", err)
 	_, err = os.Stat(m.Path("dir2", "b"))
 	wantEIO("changed directory IV (lookup)", "/dir2", err)
+	_, err = os.ReadDir(m.Path("dir5"))
+	wantEIO("non-canonical name", "/dir5", err)
 	_, err = os.ReadDir(m.Path("dir3"))
 	wantEIO("changed long-name side file", "/dir3", err)
 	_, err = os.ReadDir(m.Path("dir1", "sub"))
