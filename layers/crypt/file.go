@@ -723,5 +723,9 @@ func (f *file) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, flags ui
 	return f.lower.Setlk(ctx, owner, lk, flags, wait)
 }
 
+// KeepCache: the layer assumes it is the only writer of its lower
+// directory (docs/crypt.md), so the kernel's cached plaintext stays right.
+func (f *file) KeepCache() bool { return true }
+
 // PassthroughFd: the lower bytes are ciphertext.
 func (f *file) PassthroughFd() (int, bool) { return -1, false }
