@@ -252,3 +252,30 @@ func TestSharedState(t *testing.T) {
 		t.Fatalf("%d file states left after the last close", len(fs.files))
 	}
 }
+
+// TestEmptyIVRepaired: the empty IV file a crash after mkdir can leave is
+// replaced when the directory is otherwise empty, and is an error when it
+// is not.
+func TestEmptyIVRepaired(t *testing.T) {
+	lower, fs := stack(t)
+	ctx := context.Background()
+	fs.Mkdir(ctx, "empty", 0o755)
+	fs.Mkdir(ctx, "full", 0o755)
+	layer.WriteFile(ctx, fs, "full/f", []byte("x"), 0o644)
+	for _, d := range []string{"empty", "full"} {
+		lp, _ := fs.lowerPath(ctx, d)
+		if err := os.Truncate(filepath.Join(lower, lp, dirIVName), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fs2 := open(t, lower)
+	if err := layer.WriteFile(ctx, fs2, "empty/new", []byte("y"), 0o644); err != nil {
+		t.Fatalf("repaired directory: %v", err)
+	}
+	if b, err := layer.ReadFile(ctx, open(t, lower), "empty/new"); err != nil || string(b) != "y" {
+		t.Fatalf("after repair: %q %v", b, err)
+	}
+	if _, err := fs2.ReadDir(ctx, "full", false); !IsCorrupt(err) {
+		t.Fatalf("non-empty directory with an empty IV: %v", err)
+	}
+}
