@@ -121,7 +121,10 @@ func (fs *FS) newFile(ctx context.Context, path string, lf layer.File, a *layer.
 	}
 	f := &file{fs: fs, lower: lf, st: fs.state(a.Ino), path: path, append: flags&unix.O_APPEND != 0}
 	if flags&unix.O_TRUNC != 0 && flags&unix.O_ACCMODE != unix.O_RDONLY && a.IsRegular() {
-		if err := f.truncate(ctx, 0); err != nil {
+		f.st.mu.Lock()
+		err := f.truncate(ctx, 0)
+		f.st.mu.Unlock()
+		if err != nil {
 			f.Release(ctx)
 			return nil, err
 		}

@@ -279,3 +279,28 @@ func TestEmptyIVRepaired(t *testing.T) {
 		t.Fatalf("non-empty directory with an empty IV: %v", err)
 	}
 }
+
+// TestTruncatingOpens: O_TRUNC opens race with reads and writes of other
+// handles of the file without breaking it.
+func TestTruncatingOpens(t *testing.T) {
+	_, fs := stack(t)
+	ctx := context.Background()
+	layer.WriteFile(ctx, fs, "t", bytes.Repeat([]byte("x"), 10000), 0o644)
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < 30; i++ {
+				if w%2 == 0 {
+					if err := layer.WriteFile(ctx, fs, "t", bytes.Repeat([]byte("y"), 5000+i), 0o644); err != nil {
+						t.Error(err)
+					}
+				} else if b, err := layer.ReadFile(ctx, fs, "t"); err != nil || bytes.Trim(b, "xy") != nil && len(bytes.Trim(b, "xy")) > 0 {
+					t.Errorf("read %d bytes: %v", len(b), err)
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+}
