@@ -88,20 +88,23 @@ func (w *writer) run() {
 				w.flush()
 			}
 		case reply := <-w.reopenc:
+			// What was queued before the signal goes to the old file.
+			w.drain()
 			reply <- w.doReopen()
 		case <-w.quit:
-			for {
-				select {
-				case r := <-w.q:
-					w.write(r)
-				default:
-					w.write(Record{}) // reports drops, if any
-					w.flush()
-					return
-				}
-			}
+			w.drain()
+			return
 		}
 	}
+}
+
+// drain writes the records queued now, reports drops and flushes.
+func (w *writer) drain() {
+	for n := len(w.q); n > 0; n-- {
+		w.write(<-w.q)
+	}
+	w.write(Record{}) // reports drops, if any
+	w.flush()
 }
 
 // write writes r, after a "dropped" record if records were dropped. A zero
