@@ -263,7 +263,7 @@ func Init(ctx context.Context, lower layer.FS, p InitParams, pass []byte) ([]byt
 	}
 	iv := make([]byte, dirIVSize)
 	rand.Read(iv)
-	if err := writeNew(ctx, lower, dirIVName, iv, 0o444); err != nil {
+	if err := writeNew(ctx, lower, dirIVName, ivFile(subkey(master, "diriv", 32), iv), 0o444); err != nil {
 		return nil, err
 	}
 	if err := writeConfig(ctx, lower, c); err != nil {

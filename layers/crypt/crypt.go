@@ -28,11 +28,15 @@ type FS struct {
 	names *names
 	xattr *names
 	meta  cipher.AEAD // symlink targets and xattr values
+	ivKey []byte      // MACs of directory IVs
 	cache *nameCache
 	rand  io.Reader
 
 	mu    sync.Mutex
 	files map[uint64]*fileState // open files, by lower inode number
+
+	xmu    sync.Mutex
+	xnames map[string]string // xattr name -> lower name (a few: ACLs, user.*)
 }
 
 var _ layer.FS = (*FS)(nil)
@@ -77,8 +81,9 @@ func New(lower layer.FS, cfg *Config, master []byte, o Options) (*FS, error) {
 	return &FS{
 		Base: layer.Base{Lower: lower}, c: c, names: nm, xattr: xn,
 		meta:  newAEAD(cfg.Cipher, subkey(master, "meta", 32)),
+		ivKey: subkey(master, "diriv", 32),
 		cache: newNameCache(o.CacheDirs, o.CacheNames), rand: o.Rand,
-		files: map[uint64]*fileState{},
+		files: map[uint64]*fileState{}, xnames: map[string]string{},
 	}, nil
 }
 
@@ -174,15 +179,16 @@ func (fs *FS) readIV(ctx context.Context, path, lower string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Release(ctx)
-	iv := make([]byte, dirIVSize+1)
-	n, err := readFull(ctx, f, iv, 0)
+	b := make([]byte, dirIVSize+dirIVMAC+1)
+	n, err := readFull(ctx, f, b, 0)
 	if err != nil {
 		return nil, err
 	}
-	if n != dirIVSize {
-		return nil, corruptf("/"+path, "%s/%s has %d bytes, want %d", lower, dirIVName, n, dirIVSize)
+	iv, ok := checkIV(fs.ivKey, b[:n])
+	if !ok {
+		return nil, corruptf("/"+path, "the directory's IV (%s) does not authenticate", layer.Join(lower, dirIVName))
 	}
-	return iv[:dirIVSize], nil
+	return iv, nil
 }
 
 // encName returns the lower name of a plaintext name in directory d, and
@@ -393,7 +399,7 @@ func (fs *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, 
 	}
 	iv := make([]byte, dirIVSize)
 	io.ReadFull(fs.rand, iv)
-	if err := writeNew(ctx, fs.Lower, layer.Join(lp, dirIVName), iv, 0o444); err != nil {
+	if err := writeNew(ctx, fs.Lower, layer.Join(lp, dirIVName), ivFile(fs.ivKey, iv), 0o444); err != nil {
 		fs.Lower.Rmdir(ctx, lp)
 		fs.dropLong(ctx, lp, long)
 		return layer.Attr{}, err
@@ -429,15 +435,15 @@ func (fs *FS) Rmdir(ctx context.Context, path string) error {
 	ivPath := layer.Join(lp, dirIVName)
 	if iv == nil {
 		if b, err := layer.ReadFile(ctx, fs.Lower, ivPath); err == nil {
-			iv = b
+			iv, _ = checkIV(fs.ivKey, b)
 		}
 	}
 	if err := fs.Lower.Unlink(ctx, ivPath); err != nil && !errors.Is(err, syscall.ENOENT) {
 		return err
 	}
 	if err := fs.Lower.Rmdir(ctx, lp); err != nil {
-		if len(iv) == dirIVSize {
-			writeNew(ctx, fs.Lower, ivPath, iv, 0o444)
+		if iv != nil {
+			writeNew(ctx, fs.Lower, ivPath, ivFile(fs.ivKey, iv), 0o444)
 		}
 		return err
 	}
@@ -495,7 +501,7 @@ func (fs *FS) Readlink(ctx context.Context, path string) (string, error) {
 	}
 	b, err := b64.DecodeString(enc)
 	ns := fs.meta.NonceSize()
-	if err == nil && len(b) >= ns+fs.meta.Overhead() {
+	if err == nil && len(b) >= ns+fs.meta.Overhead() && b64.EncodeToString(b) == enc {
 		var t []byte
 		if t, err = fs.meta.Open(nil, b[:ns], b[ns:], []byte(symlinkAAD)); err == nil {
 			return string(t), nil

@@ -95,3 +95,11 @@ func TestRoundTripInProcess(t *testing.T) {
 		return nil
 	})
 }
+
+func openLocal(t testing.TB, dir string) (*local.FS, error) {
+	l, err := local.New(dir)
+	if err == nil {
+		t.Cleanup(func() { l.Close() })
+	}
+	return l, err
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/cipher"
 	"errors"
 	"io"
+	"runtime"
 	"sync"
 	"syscall"
 
@@ -257,8 +258,20 @@ func (f *file) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 			return 0, err
 		}
 	}
+	// Plan the blocks, then open them (in parallel when there are many):
+	// whole blocks straight into p, the partial first or last through a
+	// scratch buffer.
+	type plan struct {
+		sealed []byte
+		dst    []byte // where the plaintext goes (cap: its size)
+		direct bool   // dst is in p
+		skip   int    // of a scratch block: bytes before the part asked for
+		pOff   int    // where its part goes in p
+		last   bool
+	}
+	ps := make([]plan, 0, b1-b0+1)
 	total, pos, skip := 0, 0, int(off-b0*bs)
-	var scratch *[]byte
+	var scratch [2]*[]byte
 	for blk := b0; blk <= b1 && pos < n; blk++ {
 		avail := n - pos
 		cl := min(avail, cbs)
@@ -267,35 +280,83 @@ func (f *file) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 		last := avail <= cbs
 		pl := cl - c.overhead()
 		if pl <= 0 {
-			return total, corruptf("/"+f.path, "block %d is truncated", blk)
+			return 0, corruptf("/"+f.path, "block %d is truncated", blk)
 		}
+		pn := plan{sealed: sealed, last: last, pOff: total, skip: skip}
 		if skip == 0 && len(p)-total >= pl {
-			if _, err := c.open(aead, p[total:total], sealed, id, uint64(blk), last); err != nil {
-				return total, f.blockError(blk, last)
-			}
+			pn.dst, pn.direct = p[total:total:total+pl], true
 			total += pl
 		} else {
-			if scratch == nil {
-				scratch = getBuf(c.bs)
-				defer putBuf(scratch)
+			k := 0
+			if scratch[0] != nil {
+				k = 1
 			}
-			out, err := c.open(aead, (*scratch)[:0], sealed, id, uint64(blk), last)
-			if err != nil {
-				return total, f.blockError(blk, last)
-			}
-			if skip < len(out) {
-				total += copy(p[total:], out[skip:])
-			}
+			scratch[k] = getBuf(c.bs)
+			defer putBuf(scratch[k])
+			pn.dst = (*scratch[k])[:0]
+			total += min(max(pl-skip, 0), len(p)-total)
 		}
+		ps = append(ps, pn)
 		skip = 0
 		if last {
 			break
 		}
 	}
+	err = parallel(len(ps), func(i int) error {
+		pn := &ps[i]
+		blk := b0 + int64(i)
+		out, err := c.open(aead, pn.dst, pn.sealed, id, uint64(blk), pn.last)
+		if err != nil {
+			return f.blockError(blk, pn.last)
+		}
+		if !pn.direct && pn.skip < len(out) {
+			copy(p[pn.pOff:], out[pn.skip:])
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
 	if total < len(p) {
 		return total, io.EOF
 	}
 	return total, nil
+}
+
+// parallel runs fn(0..n-1), in a few goroutines when n is large, and
+// returns the first error.
+func parallel(n int, fn func(i int) error) error {
+	const minPer = 16
+	w := min(runtime.GOMAXPROCS(0), 4, n/minPer)
+	if w < 2 {
+		for i := 0; i < n; i++ {
+			if err := fn(i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	errs := make([]error, w)
+	var wg sync.WaitGroup
+	for k := 0; k < w; k++ {
+		wg.Add(1)
+		go func(k int) {
+			defer wg.Done()
+			for i := k * n / w; i < (k+1)*n/w; i++ {
+				if err := fn(i); err != nil {
+					errs[k] = err
+					return
+				}
+			}
+		}(k)
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (f *file) blockError(blk int64, last bool) error {
@@ -384,12 +445,56 @@ func (f *file) write(ctx context.Context, p []byte, off, n, size int64) error {
 		}
 	}
 	lb, newFinal := (end-1)/bs, (newSize-1)/bs
-	sp := getBuf(c.bs)
-	defer putBuf(sp)
-	scratch := *sp
+	var scratch []*[]byte // partial blocks: at most two per chunk
+	defer func() {
+		for _, b := range scratch {
+			putBuf(b)
+		}
+	}()
+	plains := make([][]byte, 0, min(lb-fb+1, maxChunk))
 	for cb := fb; cb <= lb; cb += maxChunk {
 		ce := min(cb+maxChunk-1, lb)
 		nblk := int(ce - cb + 1)
+		// The plaintext of each block: a slice of p for whole blocks,
+		// zeros for gaps, and a scratch block (old content, zeros and
+		// part of p) for the partial ones, which are the first and the
+		// last of the range.
+		plains = plains[:0]
+		k := 0
+		for blk := cb; blk <= ce; blk++ {
+			bstart := blk * bs
+			blen := min(bs, newSize-bstart)
+			ws, we := max(off, bstart)-bstart, min(end, bstart+blen)-bstart
+			switch {
+			case ws == 0 && we == blen && p != nil:
+				plains = append(plains, p[bstart-off:bstart-off+blen])
+			case bstart >= size && (p == nil || we <= ws):
+				plains = append(plains, zeroBlock[:blen])
+			default:
+				if k == len(scratch) {
+					scratch = append(scratch, getBuf(c.bs))
+				}
+				plain := (*scratch[k])[:blen]
+				k++
+				if bstart < size {
+					old, err := f.readBlock(ctx, plain, id, aead, blk, blk == oldFinal)
+					if err != nil {
+						return err
+					}
+					clear(plain[len(old):])
+				} else {
+					clear(plain)
+				}
+				if we > ws {
+					if p != nil {
+						copy(plain[ws:we], p[bstart+ws-off:])
+					} else {
+						clear(plain[ws:we])
+					}
+				}
+				plains = append(plains, plain)
+			}
+		}
 		op := getBuf(headerSize + nblk*c.cbs)
 		out := (*op)[:0]
 		wo := c.blockOffset(uint64(cb))
@@ -402,33 +507,15 @@ func (f *file) write(ctx context.Context, p []byte, off, n, size int64) error {
 			putBuf(op)
 			return err
 		}
-		for i := range nblk {
-			blk := cb + int64(i)
-			bstart := blk * bs
-			blen := min(bs, newSize-bstart)
-			plain := scratch[:blen]
-			ws, we := max(off, bstart)-bstart, min(end, bstart+blen)-bstart
-			if ws > 0 || we < blen {
-				if bstart < size {
-					old, err := f.readBlock(ctx, scratch, id, aead, blk, blk == oldFinal)
-					if err != nil {
-						putBuf(op)
-						return err
-					}
-					clear(plain[len(old):])
-				} else {
-					clear(plain)
-				}
-			}
-			if we > ws {
-				if p != nil {
-					copy(plain[ws:we], p[bstart+ws-off:])
-				} else {
-					clear(plain[ws:we])
-				}
-			}
-			out = c.seal(aead, out, nonces[i*c.ns:(i+1)*c.ns], plain, id, uint64(blk), blk == newFinal)
-		}
+		// Every block but the file's last has the same sealed size, so
+		// each has a fixed place in out.
+		base := len(out)
+		parallel(nblk, func(i int) error {
+			at := base + i*c.cbs
+			c.seal(aead, out[at:at], nonces[i*c.ns:(i+1)*c.ns], plains[i], id, uint64(cb)+uint64(i), cb+int64(i) == newFinal)
+			return nil
+		})
+		out = out[:base+(nblk-1)*c.cbs+c.overhead()+len(plains[nblk-1])]
 		err := writeFull(ctx, f.lower, out, wo)
 		putBuf(op)
 		if err != nil {
@@ -439,6 +526,9 @@ func (f *file) write(ctx context.Context, p []byte, off, n, size int64) error {
 	f.setSize(newSize)
 	return nil
 }
+
+// zeroBlock is the plaintext of a block of zeros.
+var zeroBlock = make([]byte, 1<<20)
 
 func writeFull(ctx context.Context, f layer.File, p []byte, off int64) error {
 	for len(p) > 0 {
@@ -632,6 +722,10 @@ func (f *file) Getlk(ctx context.Context, owner uint64, lk *layer.Lock, flags ui
 func (f *file) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, flags uint32, wait bool) error {
 	return f.lower.Setlk(ctx, owner, lk, flags, wait)
 }
+
+// KeepCache: the layer assumes it is the only writer of its lower
+// directory (docs/crypt.md), so the kernel's cached plaintext stays right.
+func (f *file) KeepCache() bool { return true }
 
 // PassthroughFd: the lower bytes are ciphertext.
 func (f *file) PassthroughFd() (int, bool) { return -1, false }

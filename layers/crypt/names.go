@@ -2,6 +2,7 @@ package crypt
 
 import (
 	"bytes"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
@@ -21,8 +22,9 @@ import (
 // the encoded form in a side file of that name + longSuffix.
 
 const (
-	dirIVName  = ".cairn.diriv" // the directory's IV, in the directory
+	dirIVName  = ".cairn.diriv" // the directory's IV and its MAC, in the directory
 	dirIVSize  = 16
+	dirIVMAC   = 16
 	longPrefix = "cairn.long."
 	longSuffix = ".name"
 	// maxEncoded is the longest lower name we write: NAME_MAX of the
@@ -67,7 +69,9 @@ var errName = errors.New("file name does not authenticate")
 // decrypt reverses encrypt.
 func (n *names) decrypt(iv []byte, enc string) (string, error) {
 	ct, err := b64.DecodeString(enc)
-	if err != nil || len(ct) < 16+namePad || (len(ct)-16)%namePad != 0 {
+	// Only the canonical encoding: the decoder skips CR and LF and
+	// ignores stray low bits, which would give one name two lower names.
+	if err != nil || len(ct) < 16+namePad || (len(ct)-16)%namePad != 0 || b64.EncodeToString(ct) != enc {
 		return "", errName
 	}
 	pt, err := n.siv.DecryptDeterministically(ct, iv)
@@ -104,6 +108,25 @@ func lowerName(enc string) (string, bool) {
 func isLong(lname string) bool { return strings.HasPrefix(lname, longPrefix) && !isOwn(lname) }
 func isOwn(lname string) bool {
 	return strings.HasPrefix(lname, ".") || strings.HasPrefix(lname, longPrefix) && strings.HasSuffix(lname, longSuffix)
+}
+
+// ivFile is the content of a directory's IV file: the IV and a MAC of it
+// (HMAC-SHA256 with the volume's IV key, truncated to 16 bytes), so that a
+// changed IV is found at once, not only as names that do not decrypt.
+func ivFile(key, iv []byte) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("cairn-crypt v1 diriv"))
+	m.Write(iv)
+	return m.Sum(append([]byte{}, iv...))[:dirIVSize+dirIVMAC]
+}
+
+// checkIV returns the IV of an IV file's content.
+func checkIV(key, b []byte) ([]byte, bool) {
+	if len(b) != dirIVSize+dirIVMAC {
+		return nil, false
+	}
+	iv := b[:dirIVSize]
+	return iv, hmac.Equal(ivFile(key, iv), b)
 }
 
 // checkLong verifies that a side file's content belongs to the long name.

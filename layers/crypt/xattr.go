@@ -24,7 +24,18 @@ func (fs *FS) xattrName(name string) (string, error) {
 	if name == "" {
 		return "", syscall.EINVAL
 	}
-	l := xattrPrefix + fs.xattr.encrypt([]byte(xattrAD), name)
+	fs.xmu.Lock()
+	l, ok := fs.xnames[name]
+	fs.xmu.Unlock()
+	if !ok {
+		l = xattrPrefix + fs.xattr.encrypt([]byte(xattrAD), name)
+		fs.xmu.Lock()
+		if len(fs.xnames) >= 1024 {
+			clear(fs.xnames)
+		}
+		fs.xnames[name] = l
+		fs.xmu.Unlock()
+	}
 	if len(l) > 255 {
 		return "", syscall.ERANGE
 	}
