@@ -110,13 +110,22 @@ cold() { down; sync; echo 3 > /proc/sys/vm/drop_caches; up "$1"; }
 
 : > "$OUT"
 now() { echo "$EPOCHREALTIME"; }
+# cpu: user+system time (clock ticks) of the file system's daemon, if any.
+cpu() {
+	local pid
+	pid=$(pgrep -f -- " $MNT\$" | head -1)
+	[ -n "$pid" ] && awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0
+}
 timed() {
 	local name=$1 cfg=$2; shift 2
-	local t0 t1
+	local t0 t1 c0 c1
+	c0=$(cpu)
 	t0=$(now)
 	"$@"
 	t1=$(now)
+	c1=$(cpu)
 	echo "$cfg,$name,$(echo "$t1 - $t0" | bc -l)" >> "$OUT"
+	echo "$cfg,${name}.daemon_cpu,$(echo "($c1 - $c0) / $(getconf CLK_TCK)" | bc -l)" >> "$OUT"
 }
 
 pefs() { # pefs N: the seed's create, ls -Al, rm in one directory
