@@ -3,6 +3,7 @@
 package all
 
 import (
+	_ "cairn/layers/codec"
 	_ "cairn/layers/local"
 	_ "cairn/layers/mux"
 	_ "cairn/layers/null"

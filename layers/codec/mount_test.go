@@ -1,0 +1,77 @@
+package codec
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+
+	"cairn/internal/fsx"
+	"cairn/internal/mounttest"
+	"cairn/layer"
+)
+
+// fsxOps is the number of model operations per codec through an in-process
+// mount (CAIRN_FSX_OPS overrides every run; CAIRN_LONG=1 multiplies).
+func fsxOps(n int) int {
+	if os.Getenv("CAIRN_LONG") == "1" {
+		return 10 * n
+	}
+	return n
+}
+
+// TestFsxMount runs the model on every codec at once: the runs wait on
+// FUSE round trips more than they compute, so they overlap well (t.Run from
+// several goroutines, whatever -parallel says).
+func TestFsxMount(t *testing.T) {
+	var wg sync.WaitGroup
+	for _, name := range codecNames {
+		wg.Go(func() {
+			t.Run(name, func(t *testing.T) {
+				lower, fs := newStack(t, name, Options{ChunkSize: 16 << 10, FastTails: true, CompactMin: 256 << 10})
+				m := mounttest.Mount(t, fs)
+				if m.Server.Passthrough {
+					t.Fatal("a codec stack must not use passthrough")
+				}
+				fsx.Run(t, fsx.Config{Dir: m.Dir, Ops: fsxOps(100000), Punch: true, MaxSize: 512 << 10, MaxLen: 16 << 10})
+				// After unmounting, a fresh stack reads the same files.
+				var files [][]byte
+				for i := 0; i < 3; i++ {
+					b, err := os.ReadFile(m.Path(fmt.Sprintf("fsx-%d", i)))
+					if err != nil {
+						t.Fatal(err)
+					}
+					files = append(files, b)
+				}
+				m.Unmount()
+				fresh := newStackAt(t, lower, name, Options{})
+				for i, want := range files {
+					got, err := layer.ReadFile(context.Background(), fresh, "fsx-"+strconv.Itoa(i))
+					if err != nil || !bytes.Equal(got, want) {
+						t.Fatalf("fresh stack reads fsx-%d differently (%v): %d bytes, want %d", i, err, len(got), len(want))
+					}
+					rep, err := fresh.Check(context.Background(), "fsx-"+strconv.Itoa(i), false)
+					if err != nil || !rep.OK() {
+						t.Fatalf("fsck of fsx-%d: %+v %v", i, rep, err)
+					}
+				}
+			})
+		})
+	}
+	wg.Wait()
+}
+
+// TestFsxMmapProcess runs the model with mmap against a cairn process.
+func TestFsxMmapProcess(t *testing.T) {
+	for _, name := range codecNames {
+		t.Run(name, func(t *testing.T) {
+			lower := t.TempDir()
+			p := mounttest.MountSpec(t, fmt.Sprintf("mount = \"top\"\n[layer.base]\ntype = \"local\"\npath = %q\n[layer.top]\ntype = %q\nover = \"base\"\nchunk_size = \"16KiB\"\n", lower, name))
+			fsx.Run(t, fsx.Config{Dir: p.Dir, Ops: fsxOps(5000), Mmap: true, Punch: true, MaxSize: 512 << 10})
+			p.Unmount()
+		})
+	}
+}
