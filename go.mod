@@ -9,3 +9,5 @@ require (
 	github.com/pierrec/lz4/v4 v4.1.33
 	golang.org/x/sys v0.49.0
 )
+
+require github.com/pelletier/go-toml/v2 v2.4.3

@@ -52,7 +52,7 @@ if [ -z "$DIR" ]; then
 	IMG=${CAIRN_BENCH_IMG:-/var/tmp/cairn-bench.img}
 	[ -e "$IMG" ] && { echo "null.sh: $IMG exists; remove it or set CAIRN_BENCH_IMG" >&2; IMG=; exit 2; }
 	truncate -s 16G "$IMG"
-	mkfs.ext4 -q -F -E nodiscard "$IMG"
+	mkfs.ext4 -q -F -E nodiscard,lazy_itable_init=0,lazy_journal_init=0 "$IMG"
 	LOOP=$(losetup -f --show --direct-io=on "$IMG")
 	DIR=/tmp/$TAG-ext4
 	mkdir -p "$DIR"

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -27,6 +28,10 @@ type Options struct {
 	EntryTimeout, AttrTimeout, NegativeTimeout time.Duration
 	// NoPassthrough disables FUSE passthrough even where it is safe.
 	NoPassthrough bool
+	// NoXattr answers every xattr request with ENOSYS, after which the
+	// kernel stops sending them: a round trip less per write, two less per
+	// file of `ls -l`.
+	NoXattr bool
 	// FsName is shown as the source in /proc/mounts.
 	FsName string
 	// Debug logs every FUSE request.
@@ -112,18 +117,29 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		fsname = "cairn"
 	}
 	mopts := fuse.MountOptions{
-		AllowOther:   o.AllowOther,
-		FsName:       fsname,
-		Name:         "cairn",
-		MaxWrite:     1 << 20,
-		MaxReadAhead: 1 << 20,
-		EnableLocks:  true,
-		DirectMount:  true,
-		Debug:        o.Debug,
-		Logger:       log.New(&slogWriter{o.Logger}, "", 0),
+		AllowOther:    o.AllowOther,
+		FsName:        fsname,
+		Name:          "cairn",
+		MaxWrite:      1 << 20,
+		MaxReadAhead:  1 << 20,
+		EnableLocks:   true,
+		DisableXAttrs: o.NoXattr,
+		DirectMount:   true,
+		Debug:         o.Debug,
+		Logger:        log.New(&slogWriter{o.Logger}, "", 0),
 		// FUSE asks for security.capability before every write; the
 		// answer is always "none" for us, so let go-fuse give it.
 		IgnoreSecurityLabels: true,
+		// The lower file system drops suid/sgid and file capabilities on
+		// write, truncate and chown by itself; saying so spares a
+		// GETXATTR security.capability round trip before those.
+		ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2,
+		// A bug in a layer must not take the mount down: the request
+		// fails with EIO and the operator gets the stack.
+		PanicHandler: func(v any) fuse.Status {
+			o.Logger.Error("panic in a layer; the request failed with EIO", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			return fuse.EIO
+		},
 	}
 	// default_permissions: the kernel checks modes, owners and the sticky
 	// bit against the attributes we report, for every caller.

@@ -15,9 +15,10 @@ type Caller struct {
 	Uid, Gid uint32
 	Pid      uint32
 
-	once   sync.Once
-	groups []uint32
-	comm   string
+	once     sync.Once
+	groups   []uint32
+	commOnce sync.Once
+	comm     string
 }
 
 type callerKey struct{}
@@ -57,9 +58,11 @@ func (c *Caller) Groups() []uint32 {
 	return c.groups
 }
 
-// Comm returns the caller's process name ("" if the process is gone).
+// Comm returns the caller's process name ("" if the process is gone, and
+// for pid 0, the kernel). It is read once per Caller, from a descriptor of
+// /proc/PID/comm kept open per pid (see procComm).
 func (c *Caller) Comm() string {
-	c.load()
+	c.commOnce.Do(func() { c.comm = procComm(c.Pid) })
 	return c.comm
 }
 
@@ -73,9 +76,7 @@ func (c *Caller) load() {
 		s := bufio.NewScanner(f)
 		for s.Scan() {
 			line := s.Text()
-			if v, ok := strings.CutPrefix(line, "Name:"); ok {
-				c.comm = strings.TrimSpace(v)
-			} else if v, ok := strings.CutPrefix(line, "Groups:"); ok {
+			if v, ok := strings.CutPrefix(line, "Groups:"); ok {
 				for _, g := range strings.Fields(v) {
 					if n, err := strconv.ParseUint(g, 10, 32); err == nil {
 						c.groups = append(c.groups, uint32(n))

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"cairn/layer"
+	"cairn/pathmatch"
 )
 
 // Kind is an option's type.
@@ -52,6 +53,88 @@ type Type struct {
 	Changes layer.Changes
 	// New builds the layer over its lowers with validated options.
 	New func(lowers []layer.FS, opts Values) (layer.FS, error)
+	// Rules, when not nil, says that the type takes per-path [[rule]]
+	// tables; they reach New in opts (see Values.Rules).
+	Rules *RuleSpec
+}
+
+// RuleSpec describes the [[rule]] tables a layer type takes.
+type RuleSpec struct {
+	// Help says what a rule means for this type (one sentence).
+	Help string
+	// Options are the rule's keys besides layer, match and except.
+	Options []Option
+}
+
+// RuleOption returns the named rule option, or nil.
+func (t *Type) RuleOption(name string) *Option {
+	if t.Rules == nil {
+		return nil
+	}
+	for i := range t.Rules.Options {
+		if t.Rules.Options[i].Name == name {
+			return &t.Rules.Options[i]
+		}
+	}
+	return nil
+}
+
+// LowersText says how many lowers the type takes, in words.
+func (t *Type) LowersText() string {
+	switch {
+	case t.MaxLowers == 0:
+		return "none (a bottom layer)"
+	case t.MinLowers == t.MaxLowers:
+		return fmt.Sprintf("exactly %d", t.MinLowers)
+	case t.MaxLowers < 0:
+		return fmt.Sprintf("at least %d", t.MinLowers)
+	}
+	return fmt.Sprintf("%d to %d", t.MinLowers, t.MaxLowers)
+}
+
+// RulesKey is the key under which a layer's rules arrive in Values. It is
+// not an option name: Register refuses options called "type", "over" or
+// "rule" (and rule options called "layer", "match" or "except").
+const RulesKey = "rule"
+
+// Rule is one validated [[rule]] table of a layer.
+type Rule struct {
+	// Where is the rule's position in its spec ("stack.toml:12:1"), for logs.
+	Where string
+	// Paths are the paths the rule applies to (its match and except).
+	Paths *pathmatch.Set
+	// Values are the rule's options, with defaults filled in.
+	Values Values
+}
+
+// Rules are a layer's rules, in the order of the spec.
+type Rules []Rule
+
+// First returns the first rule that applies to path.
+func (r Rules) First(path string) (Rule, bool) {
+	for _, x := range r {
+		if x.Paths.Contains(path) {
+			return x, true
+		}
+	}
+	return Rule{}, false
+}
+
+// All returns every rule that applies to path, in order.
+func (r Rules) All(path string) []Rule {
+	var out []Rule
+	for _, x := range r {
+		if x.Paths.Contains(path) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// Rules returns the layer's [[rule]] tables (none if the spec has none).
+func (v Values) Rules() Rules {
+	r, _ := v[RulesKey].(Rules)
+	return r
 }
 
 // Option returns the named option, or nil.
@@ -76,6 +159,20 @@ func Register(t Type) {
 	defer mu.Unlock()
 	if _, dup := types[t.Name]; dup {
 		panic("registry: layer type registered twice: " + t.Name)
+	}
+	for _, o := range t.Options {
+		switch o.Name {
+		case "type", "over", RulesKey:
+			panic("registry: layer type " + t.Name + ": option name " + o.Name + " is reserved by the spec")
+		}
+	}
+	if t.Rules != nil {
+		for _, o := range t.Rules.Options {
+			switch o.Name {
+			case "layer", "match", "except":
+				panic("registry: layer type " + t.Name + ": rule option name " + o.Name + " is reserved by the spec")
+			}
+		}
 	}
 	types[t.Name] = &t
 }
@@ -212,6 +309,28 @@ func (o *Option) Convert(raw any) (any, error) {
 	return nil, fmt.Errorf("option %q has unknown kind %q", o.Name, o.Kind)
 }
 
+// DefaultValue returns the option's default in the type Values holds
+// (int64 for Int and Size, time.Duration for Duration, []string for List),
+// so that a default written as 3, "1s" or "64KiB" reads back with
+// Values.Int and friends. It returns nil when there is no default.
+func (o *Option) DefaultValue() any {
+	switch d := o.Default.(type) {
+	case nil:
+		return nil
+	case int:
+		if o.Kind == Int || o.Kind == Size {
+			return int64(d)
+		}
+	case int64, time.Duration, bool, []string:
+		return d
+	case string:
+		if v, err := o.Convert(d); err == nil {
+			return v
+		}
+	}
+	return o.Default
+}
+
 // ParseSize parses 4096, "4k", "64KiB", "1MiB", "2G".
 func ParseSize(s string) (int64, error) {
 	t := strings.TrimSpace(s)
@@ -255,6 +374,8 @@ func describe(v any) string {
 		return "a list"
 	case map[string]any:
 		return "a table"
+	case float64:
+		return fmt.Sprintf("the number %v", v)
 	}
 	return fmt.Sprintf("%T", v)
 }

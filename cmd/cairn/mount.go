@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"cairn/fusefs"
+	"cairn/layer"
 	_ "cairn/layers/all"
+	"cairn/registry"
 	"cairn/spec"
 )
 
@@ -36,6 +38,7 @@ type mountFlags struct {
 	allowOther    bool
 	debug         bool
 	noPassthrough bool
+	noXattr       bool
 	logLevel      string
 	logFile       string
 	entry, attr   time.Duration
@@ -49,6 +52,7 @@ func runMount(args []string) int {
 	fl.BoolVar(&m.allowOther, "allow-other", false, "let other users use the mount (the kernel checks permissions)")
 	fl.BoolVar(&m.debug, "debug", false, "log every FUSE request (very verbose)")
 	fl.BoolVar(&m.noPassthrough, "no-passthrough", false, "never hand files to the kernel (FUSE passthrough)")
+	fl.BoolVar(&m.noXattr, "no-xattr", false, "no extended attributes (fewer round trips; the spec's xattr = false)")
 	fl.StringVar(&m.logLevel, "log-level", "", "debug, info, warn or error (default: the spec's log_level, else info)")
 	fl.StringVar(&m.logFile, "log-file", "", "log to this file (JSON lines); default: standard error in the foreground, syslog in the background")
 	fl.DurationVar(&m.entry, "entry-timeout", 0, "kernel cache time of names (default: the spec's, else 1s)")
@@ -57,7 +61,9 @@ func runMount(args []string) int {
 	fl.Usage = func() {
 		fmt.Fprintf(fl.Output(), `Usage: cairn mount [flags] SPEC MOUNTPOINT
 
-Mounts the stack that SPEC describes at MOUNTPOINT. The command returns once
+Mounts the stack that SPEC describes at MOUNTPOINT. SPEC is a spec file or the
+inline form, such as 'null:/srv/data' (see docs/spec.md); it is checked as
+'cairn check SPEC MOUNTPOINT' does before anything is mounted. The command returns once
 the mount is ready and the file system is served by a background process; with
 -f it stays in the foreground until Ctrl-C, SIGTERM or 'cairn umount'.
 
@@ -65,7 +71,7 @@ Flags:
 `)
 		fl.PrintDefaults()
 	}
-	if err := fl.Parse(args); err != nil {
+	if err := parseFlags(fl, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
@@ -79,7 +85,11 @@ Flags:
 
 	s, err := loadSpec(specArg)
 	if err != nil {
-		return fail(err, exitSpec)
+		return fail(errors.New(spec.Detail(err)), exitSpec)
+	}
+	if err := s.CheckMountpoint(mountpoint); err != nil {
+		// The spec is good; the mount cannot be made there.
+		return fail(errors.New(spec.Detail(err)), exitMount)
 	}
 	if m.logLevel == "" {
 		m.logLevel = s.LogLevel
@@ -129,23 +139,32 @@ Flags:
 		AttrTimeout:     pick(m.attr, s.AttrTimeout),
 		NegativeTimeout: pick(m.negative, s.NegativeTimeout),
 		NoPassthrough:   m.noPassthrough,
-		FsName:          "cairn:" + specArg,
+		NoXattr:         m.noXattr || s.NoXattr,
+		FsName:          "cairn:" + fsName(specArg, s),
 		Debug:           m.debug,
 		Logger:          logger,
 		LowerDirs:       stack.Dirs,
 	}
+	// Catch signals before the mount appears: a signal that arrives while it
+	// is being made then unmounts it (instead of killing the process and
+	// leaving a dead mount).
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	srv, err := fusefs.Mount(mountpoint, stack.Top, opts)
 	if err != nil {
 		report("mount: " + err.Error())
 		return fail(err, exitMount)
 	}
+	// Signals are caught before readiness is reported: a SIGHUP sent as
+	// soon as the mount is ready must not kill the daemon.
 	logger.Info("mounted", "mountpoint", mountpoint, "spec", specArg, "passthrough", srv.Passthrough, "pid", os.Getpid())
 	report("ok")
-
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		for sig := range sigs {
+			if sig == syscall.SIGHUP {
+				hangup(logger, stack, s, specArg)
+				continue
+			}
 			logger.Info("unmounting", "signal", sig.String())
 			if err := srv.Unmount(); err != nil {
 				logger.Warn("unmount failed; the mount is busy: close the files under it, or use 'cairn umount -z'", "err", err)
@@ -157,6 +176,50 @@ Flags:
 	return exitOK
 }
 
+// hangup serves SIGHUP: layers reopen their own files (logs, after
+// rotation), and layers whose rules may change (registry.RuleReloader) get
+// the [[rule]] tables of the spec as it is now.
+func hangup(logger *slog.Logger, stack *spec.Stack, orig *spec.Spec, specArg string) {
+	if err := layer.ReopenStack(stack.Top); err != nil {
+		logger.Error("SIGHUP: reopening files failed", "err", err)
+	} else {
+		logger.Info("SIGHUP: files reopened")
+	}
+	var s *spec.Spec
+	for name, fs := range stack.Layers {
+		rr, ok := fs.(registry.RuleReloader)
+		if !ok {
+			continue
+		}
+		if s == nil {
+			var err error
+			if s, err = loadSpec(specArg); err != nil {
+				logger.Error("SIGHUP: the spec has errors; the rules stay as they were", "err", spec.Detail(err))
+				return
+			}
+		}
+		l := s.Layers[name]
+		if l == nil || l.Values == nil || l.Type != orig.Layers[name].Type {
+			logger.Error("SIGHUP: the layer is gone from the spec or changed type; its rules stay as they were", "layer", name)
+			continue
+		}
+		if err := rr.ReloadRules(l.Values.Rules()); err != nil {
+			logger.Warn("SIGHUP: rules not reloaded", "layer", name, "err", err)
+			continue
+		}
+		logger.Info("SIGHUP: rules reloaded", "layer", name, "rules", len(l.Values.Rules()))
+	}
+}
+
+// fsName is the mount's source in /proc/mounts: the spec as given, unless an
+// inline spec holds a secret.
+func fsName(arg string, s *spec.Spec) string {
+	if s.Inline != "" && s.HasSecrets() {
+		return "inline"
+	}
+	return arg
+}
+
 func pick(flag, spec time.Duration) time.Duration {
 	if flag != 0 {
 		return flag
@@ -164,12 +227,16 @@ func pick(flag, spec time.Duration) time.Duration {
 	return spec
 }
 
-// loadSpec reads a spec file.
+// loadSpec reads a spec file, or parses the inline form when arg is not an
+// existing file (see spec.LooksInline).
 func loadSpec(arg string) (*spec.Spec, error) {
+	if spec.LooksInline(arg) {
+		return spec.ParseInline(arg)
+	}
 	s, err := spec.Load(arg)
 	if err != nil {
 		if os.IsNotExist(err) {
-			return nil, fmt.Errorf("spec file %s does not exist", arg)
+			return nil, fmt.Errorf("spec file %s does not exist (an inline spec has a \":\" before its directory, as in null:/srv/data)", arg)
 		}
 		return nil, err
 	}
@@ -267,7 +334,7 @@ func runUmount(args []string) int {
 		fmt.Fprintf(fl.Output(), "Usage: cairn umount [-z] MOUNTPOINT\n\nUnmounts a cairn mount; its background process then exits.\n\nFlags:\n")
 		fl.PrintDefaults()
 	}
-	if err := fl.Parse(args); err != nil {
+	if err := parseFlags(fl, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}

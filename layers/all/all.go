@@ -3,8 +3,10 @@
 package all
 
 import (
+	_ "cairn/layers/acl"
 	_ "cairn/layers/codec"
 	_ "cairn/layers/local"
 	_ "cairn/layers/mux"
 	_ "cairn/layers/null"
+	_ "cairn/layers/snoop"
 )

@@ -1,0 +1,608 @@
+package fusefs_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"cairn/fusefs"
+	"cairn/internal/mounttest"
+	"cairn/layer"
+	"cairn/layers/local"
+	"cairn/layers/mux"
+	"cairn/layers/null"
+)
+
+// nullStack mounts null over local and returns the mount and the lower dir.
+func nullStack(t *testing.T) (*mounttest.Mounted, string) {
+	t.Helper()
+	lower := t.TempDir()
+	os.Chmod(lower, 0o755)
+	l, err := local.New(lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := null.New(l)
+	t.Cleanup(func() { layer.CloseStack(top) })
+	return mounttest.Mount(t, top), lower
+}
+
+func mustWrite(t *testing.T, p string, data string) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustRead(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestReadWriteAppendTruncate(t *testing.T) {
+	m, lower := nullStack(t)
+	p := m.Path("f")
+	mustWrite(t, p, "hello world")
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("!!")
+	f.Close()
+	if got := mustRead(t, p); got != "hello world!!" {
+		t.Fatalf("after append: %q", got)
+	}
+	if err := os.Truncate(p, 5); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustRead(t, filepath.Join(lower, "f")); got != "hello" {
+		t.Fatalf("lower after truncate: %q", got)
+	}
+	f, _ = os.OpenFile(p, os.O_RDWR, 0)
+	f.WriteAt([]byte("J"), 0)
+	f.Truncate(8)
+	f.Close()
+	if got := mustRead(t, p); got != "Jello\x00\x00\x00" {
+		t.Fatalf("after write+extend: %q", got)
+	}
+	if got := mustRead(t, filepath.Join(lower, "f")); got != "Jello\x00\x00\x00" {
+		t.Fatalf("lower: %q", got)
+	}
+	// O_TRUNC through open.
+	f, _ = os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+	f.Close()
+	if fi, _ := os.Stat(filepath.Join(lower, "f")); fi.Size() != 0 {
+		t.Fatalf("O_TRUNC left %d bytes", fi.Size())
+	}
+}
+
+func TestRenameFlags(t *testing.T) {
+	m, lower := nullStack(t)
+	mustWrite(t, m.Path("a"), "A")
+	mustWrite(t, m.Path("b"), "B")
+	if err := unix.Renameat2(unix.AT_FDCWD, m.Path("a"), unix.AT_FDCWD, m.Path("b"), unix.RENAME_NOREPLACE); err != unix.EEXIST {
+		t.Fatalf("RENAME_NOREPLACE over an existing file: %v, want EEXIST", err)
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, m.Path("a"), unix.AT_FDCWD, m.Path("b"), unix.RENAME_EXCHANGE); err != nil {
+		t.Fatal(err)
+	}
+	if mustRead(t, m.Path("a")) != "B" || mustRead(t, filepath.Join(lower, "b")) != "A" {
+		t.Fatal("RENAME_EXCHANGE did not swap")
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, m.Path("a"), unix.AT_FDCWD, m.Path("c"), unix.RENAME_NOREPLACE); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(m.Path("c"), m.Path("b")); err != nil {
+		t.Fatal(err)
+	}
+	if mustRead(t, m.Path("b")) != "B" {
+		t.Fatal("plain rename over a file")
+	}
+	if _, err := os.Stat(filepath.Join(lower, "a")); !os.IsNotExist(err) {
+		t.Fatal("a still in the lower directory")
+	}
+	// A directory with content, then a file in it through the new name.
+	os.MkdirAll(m.Path("d1/sub"), 0o755)
+	mustWrite(t, m.Path("d1/sub/x"), "x")
+	if err := os.Rename(m.Path("d1"), m.Path("d2")); err != nil {
+		t.Fatal(err)
+	}
+	if mustRead(t, m.Path("d2/sub/x")) != "x" || mustRead(t, filepath.Join(lower, "d2/sub/x")) != "x" {
+		t.Fatal("directory rename")
+	}
+	// Inode numbers survive renames.
+	var before, after unix.Stat_t
+	unix.Stat(m.Path("d2/sub/x"), &before)
+	os.Rename(m.Path("d2/sub/x"), m.Path("y"))
+	unix.Stat(m.Path("y"), &after)
+	if before.Ino != after.Ino {
+		t.Fatalf("inode changed on rename: %d -> %d", before.Ino, after.Ino)
+	}
+}
+
+func TestLinks(t *testing.T) {
+	m, lower := nullStack(t)
+	mustWrite(t, m.Path("f"), "data")
+	if err := os.Link(m.Path("f"), m.Path("h")); err != nil {
+		t.Fatal(err)
+	}
+	var a, b, l unix.Stat_t
+	unix.Stat(m.Path("f"), &a)
+	unix.Stat(m.Path("h"), &b)
+	unix.Stat(filepath.Join(lower, "f"), &l)
+	if a.Ino != b.Ino || a.Nlink != 2 || a.Ino != l.Ino {
+		t.Fatalf("hard link: ino %d/%d (lower %d), nlink %d", a.Ino, b.Ino, l.Ino, a.Nlink)
+	}
+	mustWrite(t, m.Path("h"), "changed")
+	if mustRead(t, m.Path("f")) != "changed" {
+		t.Fatal("hard link does not share data")
+	}
+	if err := os.Symlink("f", m.Path("s")); err != nil {
+		t.Fatal(err)
+	}
+	if tgt, _ := os.Readlink(m.Path("s")); tgt != "f" {
+		t.Fatalf("readlink: %q", tgt)
+	}
+	if tgt, _ := os.Readlink(filepath.Join(lower, "s")); tgt != "f" {
+		t.Fatalf("lower readlink: %q", tgt)
+	}
+	if mustRead(t, m.Path("s")) != "changed" {
+		t.Fatal("following the symlink")
+	}
+	if err := unix.Mkfifo(m.Path("fifo"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	unix.Lstat(filepath.Join(lower, "fifo"), &st)
+	if st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		t.Fatalf("mkfifo made mode %o", st.Mode)
+	}
+}
+
+func TestXattrs(t *testing.T) {
+	m, lower := nullStack(t)
+	mustWrite(t, m.Path("f"), "x")
+	if err := unix.Setxattr(m.Path("f"), "user.color", []byte("blue"), 0); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	n, err := unix.Getxattr(m.Path("f"), "user.color", buf)
+	if err != nil || string(buf[:n]) != "blue" {
+		t.Fatalf("getxattr: %q %v", buf[:n], err)
+	}
+	n, _ = unix.Getxattr(filepath.Join(lower, "f"), "user.color", buf)
+	if string(buf[:n]) != "blue" {
+		t.Fatalf("lower xattr: %q", buf[:n])
+	}
+	n, _ = unix.Listxattr(m.Path("f"), buf)
+	if !strings.Contains(string(buf[:n]), "user.color") {
+		t.Fatalf("listxattr: %q", buf[:n])
+	}
+	if err := unix.Setxattr(m.Path("f"), "user.color", []byte("red"), unix.XATTR_CREATE); err != unix.EEXIST {
+		t.Fatalf("XATTR_CREATE on existing: %v", err)
+	}
+	if err := unix.Removexattr(m.Path("f"), "user.color"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.Getxattr(m.Path("f"), "user.color", buf); err != unix.ENODATA {
+		t.Fatalf("after remove: %v", err)
+	}
+	// On a symlink itself.
+	os.Symlink("f", m.Path("s"))
+	if err := unix.Lsetxattr(m.Path("s"), "trusted.t", []byte("1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := unix.Lgetxattr(filepath.Join(lower, "s"), "trusted.t", buf); err != nil || string(buf[:n]) != "1" {
+		t.Fatalf("lower symlink xattr: %v", err)
+	}
+}
+
+// as runs a shell command as another user.
+func as(uid, gid uint32, groups []uint32, script string) (string, error) {
+	cmd := exec.Command("/bin/sh", "-c", script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: groups}}
+	cmd.Dir = "/"
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func owner(t *testing.T, p string) (uint32, uint32) {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Uid, st.Gid
+}
+
+func TestNonRootOwnershipAndPermissions(t *testing.T) {
+	mounttest.NeedRoot(t)
+	m, lower := nullStack(t)
+	if err := os.Mkdir(m.Path("pub"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	unix.Chmod(m.Path("pub"), 0o1777) // sticky, like /tmp
+	// Created objects belong to their creator, in the lower directory too.
+	out, err := as(1000, 1000, nil, "echo a > "+m.Path("pub/f1")+" && mkdir "+m.Path("pub/d1")+" && ln -s f1 "+m.Path("pub/s1")+" && mkfifo "+m.Path("pub/p1"))
+	if err != nil {
+		t.Fatalf("create as 1000: %v %s", err, out)
+	}
+	for _, n := range []string{"f1", "d1", "s1", "p1"} {
+		if u, g := owner(t, filepath.Join(lower, "pub", n)); u != 1000 || g != 1000 {
+			t.Fatalf("lower %s owned by %d:%d, want 1000:1000", n, u, g)
+		}
+	}
+	// The owner may chmod; another user may not, nor give the file away.
+	if out, err := as(1000, 1000, nil, "chmod 600 "+m.Path("pub/f1")); err != nil {
+		t.Fatalf("owner chmod: %v %s", err, out)
+	}
+	if fi, _ := os.Stat(filepath.Join(lower, "pub/f1")); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("lower mode %v", fi.Mode())
+	}
+	if _, err := as(1001, 1001, nil, "chmod 666 "+m.Path("pub/f1")); err == nil {
+		t.Fatal("another user could chmod")
+	}
+	if _, err := as(1000, 1000, nil, "chown 1001 "+m.Path("pub/f1")); err == nil {
+		t.Fatal("a user could give a file away")
+	}
+	if _, err := as(1001, 1001, nil, "cat "+m.Path("pub/f1")); err == nil {
+		t.Fatal("another user read a 0600 file")
+	}
+	// Root may chown.
+	if err := os.Chown(m.Path("pub/f1"), 1002, 1002); err != nil {
+		t.Fatal(err)
+	}
+	if u, g := owner(t, filepath.Join(lower, "pub/f1")); u != 1002 || g != 1002 {
+		t.Fatalf("after chown: %d:%d", u, g)
+	}
+	os.Chown(m.Path("pub/f1"), 1000, 1000)
+	// Sticky directory: 1001 may not remove or rename 1000's file.
+	if _, err := as(1001, 1001, nil, "rm -f "+m.Path("pub/f1")); err == nil {
+		t.Fatal("sticky bit ignored: another user removed the file")
+	}
+	if _, err := as(1001, 1001, nil, "mv "+m.Path("pub/f1")+" "+m.Path("pub/f2")); err == nil {
+		t.Fatal("sticky bit ignored: another user renamed the file")
+	}
+	if out, err := as(1000, 1000, nil, "rm "+m.Path("pub/f1")); err != nil {
+		t.Fatalf("owner rm in sticky dir: %v %s", err, out)
+	}
+	// Supplementary groups count, and setgid directories pass their group on.
+	os.Mkdir(m.Path("team"), 0o770)
+	os.Chown(m.Path("team"), 0, 2000)
+	unix.Chmod(m.Path("team"), 0o2770)
+	if _, err := as(1001, 1001, nil, "touch "+m.Path("team/x")); err == nil {
+		t.Fatal("a user outside the group wrote in a 0770 directory")
+	}
+	if out, err := as(1001, 1001, []uint32{2000}, "touch "+m.Path("team/x")+" && mkdir "+m.Path("team/sub")); err != nil {
+		t.Fatalf("member of the group: %v %s", err, out)
+	}
+	if u, g := owner(t, filepath.Join(lower, "team/x")); u != 1001 || g != 2000 {
+		t.Fatalf("file in setgid dir: %d:%d, want 1001:2000", u, g)
+	}
+	if fi, _ := os.Stat(filepath.Join(lower, "team/sub")); fi.Mode()&os.ModeSetgid == 0 {
+		t.Fatal("subdirectory of a setgid directory lost setgid")
+	}
+}
+
+func TestLargeSparseFile(t *testing.T) {
+	m, lower := nullStack(t)
+	f, err := os.Create(m.Path("big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const off = 5 << 30 // beyond 4 GiB
+	if _, err := f.WriteAt([]byte("tail"), off); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	fi, err := os.Stat(m.Path("big"))
+	if err != nil || fi.Size() != off+4 {
+		t.Fatalf("size %d, %v", fi.Size(), err)
+	}
+	g, _ := os.Open(m.Path("big"))
+	defer g.Close()
+	buf := make([]byte, 8)
+	n, _ := g.ReadAt(buf, off-4)
+	if string(buf[:n]) != "\x00\x00\x00\x00tail" {
+		t.Fatalf("read at 5 GiB: %q", buf[:n])
+	}
+	// SEEK_DATA finds the data after the hole.
+	d, err := unix.Seek(int(g.Fd()), 0, unix.SEEK_DATA)
+	if err != nil || d > off {
+		t.Fatalf("SEEK_DATA: %d %v", d, err)
+	}
+	var st unix.Stat_t
+	unix.Stat(filepath.Join(lower, "big"), &st)
+	if st.Size != off+4 || st.Blocks > 1024 {
+		t.Fatalf("lower: size %d, %d blocks (not sparse?)", st.Size, st.Blocks)
+	}
+}
+
+func TestConcurrentWriters(t *testing.T) {
+	m, lower := nullStack(t)
+	const writers, chunk, rounds = 8, 4096, 64
+	os.WriteFile(m.Path("c"), nil, 0o644)
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			f, err := os.OpenFile(m.Path("c"), os.O_WRONLY, 0)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer f.Close()
+			buf := bytes.Repeat([]byte{byte('a' + w)}, chunk)
+			for r := 0; r < rounds; r++ {
+				if _, err := f.WriteAt(buf, int64((r*writers+w)*chunk)); err != nil {
+					t.Error(err)
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	got, _ := os.ReadFile(filepath.Join(lower, "c"))
+	if len(got) != writers*chunk*rounds {
+		t.Fatalf("size %d", len(got))
+	}
+	for i := 0; i < len(got); i += chunk {
+		want := byte('a' + (i/chunk)%writers)
+		if !bytes.Equal(got[i:i+chunk], bytes.Repeat([]byte{want}, chunk)) {
+			t.Fatalf("chunk at %d is not all %c", i, want)
+		}
+	}
+}
+
+func TestLocks(t *testing.T) {
+	m, _ := nullStack(t)
+	mustWrite(t, m.Path("l"), "lock")
+	a, _ := os.OpenFile(m.Path("l"), os.O_RDWR, 0)
+	b, _ := os.OpenFile(m.Path("l"), os.O_RDWR, 0)
+	defer a.Close()
+	defer b.Close()
+	if err := unix.Flock(int(a.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(b.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != unix.EWOULDBLOCK {
+		t.Fatalf("second flock: %v, want EWOULDBLOCK", err)
+	}
+	unix.Flock(int(a.Fd()), unix.LOCK_UN)
+	if err := unix.Flock(int(b.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatalf("flock after unlock: %v", err)
+	}
+	// POSIX locks from another process conflict.
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Start: 0, Len: 2}
+	if err := unix.FcntlFlock(a.Fd(), unix.F_SETLK, &lk); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("flock", "-n", "-x", m.Path("l"), "true").CombinedOutput()
+	if err == nil {
+		t.Fatalf("flock(1) got a lock held by another descriptor: %s", out)
+	}
+}
+
+func TestStatfsAndCopyFileRange(t *testing.T) {
+	m, lower := nullStack(t)
+	var a, b unix.Statfs_t
+	unix.Statfs(m.Dir, &a)
+	unix.Statfs(lower, &b)
+	if a.Blocks != b.Blocks || a.Bsize != b.Bsize || a.Files != b.Files {
+		t.Fatalf("statfs differs from the lower: %+v vs %+v", a, b)
+	}
+	mustWrite(t, m.Path("src"), "0123456789")
+	src, _ := os.Open(m.Path("src"))
+	dst, _ := os.Create(m.Path("dst"))
+	var offIn, offOut int64 = 2, 0
+	n, err := unix.CopyFileRange(int(src.Fd()), &offIn, int(dst.Fd()), &offOut, 5, 0)
+	src.Close()
+	dst.Close()
+	if err != nil || n != 5 || mustRead(t, filepath.Join(lower, "dst")) != "23456" {
+		t.Fatalf("copy_file_range: %d %v", n, err)
+	}
+}
+
+// counter counts the reads and writes that reach the layer.
+type counter struct {
+	layer.Base
+	io *atomic.Int64
+}
+
+type countFile struct {
+	layer.BaseFile
+	io *atomic.Int64
+}
+
+func (c *counter) Open(ctx context.Context, p string, flags int) (layer.File, error) {
+	f, err := c.Base.Open(ctx, p, flags)
+	if err != nil {
+		return nil, err
+	}
+	return &countFile{layer.BaseFile{Lower: f}, c.io}, nil
+}
+
+func (c *countFile) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	c.io.Add(1)
+	return c.BaseFile.ReadAt(ctx, p, off)
+}
+
+// TestPassthroughInUse shows that with passthrough the kernel does the I/O:
+// no read reaches the stack. Without it, every read does.
+func TestPassthroughInUse(t *testing.T) {
+	for _, pt := range []bool{true, false} {
+		lower := t.TempDir()
+		os.WriteFile(filepath.Join(lower, "f"), bytes.Repeat([]byte("x"), 1<<20), 0o644)
+		l, _ := local.New(lower)
+		var n atomic.Int64
+		m := mounttest.MountOpts(t, &counter{layer.Base{Lower: l}, &n}, fusefs.Options{NoPassthrough: !pt})
+		if m.Server.Passthrough != pt {
+			t.Fatalf("Passthrough = %v, want %v", m.Server.Passthrough, pt)
+		}
+		if got := mustRead(t, m.Path("f")); len(got) != 1<<20 {
+			t.Fatalf("read %d bytes", len(got))
+		}
+		if pt && n.Load() != 0 {
+			t.Fatalf("passthrough on, but %d reads reached the stack", n.Load())
+		}
+		if !pt && n.Load() == 0 {
+			t.Fatal("passthrough off, but no read reached the stack")
+		}
+		m.Unmount()
+		l.Close()
+	}
+}
+
+// recorder records who created what.
+type recorder struct {
+	layer.Base
+	mu   sync.Mutex
+	seen []layer.Caller
+}
+
+func (r *recorder) Create(ctx context.Context, p string, flags int, mode uint32) (layer.File, layer.Attr, error) {
+	c := layer.CallerOf(ctx)
+	r.mu.Lock()
+	r.seen = append(r.seen, layer.Caller{Uid: c.Uid, Gid: c.Gid, Pid: c.Pid})
+	r.mu.Unlock()
+	return r.Base.Create(ctx, p, flags, mode)
+}
+
+func TestCallerReachesLayers(t *testing.T) {
+	mounttest.NeedRoot(t)
+	lower := t.TempDir()
+	os.Chmod(lower, 0o777)
+	l, _ := local.New(lower)
+	defer l.Close()
+	r := &recorder{Base: layer.Base{Lower: l}}
+	m := mounttest.Mount(t, r)
+	if out, err := as(1234, 4321, nil, "touch "+m.Path("mine")); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.seen) != 1 || r.seen[0].Uid != 1234 || r.seen[0].Gid != 4321 || r.seen[0].Pid == 0 {
+		t.Fatalf("callers seen: %+v", r.seen)
+	}
+}
+
+func TestFanOutMux(t *testing.T) {
+	d0, d1 := t.TempDir(), t.TempDir()
+	l0, _ := local.New(d0)
+	l1, _ := local.New(d1)
+	mx, err := mux.New([]layer.FS{l0, null.New(l1)}, []string{"left", "right"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer layer.CloseStack(mx)
+	m := mounttest.Mount(t, mx)
+	ents, err := os.ReadDir(m.Dir)
+	if err != nil || len(ents) != 2 || ents[0].Name() != "left" || ents[1].Name() != "right" {
+		t.Fatalf("root: %v %v", ents, err)
+	}
+	mustWrite(t, m.Path("left/a"), "L")
+	mustWrite(t, m.Path("right/b"), "R")
+	if mustRead(t, filepath.Join(d0, "a")) != "L" || mustRead(t, filepath.Join(d1, "b")) != "R" {
+		t.Fatal("files did not land in their lowers")
+	}
+	if err := os.Rename(m.Path("left/a"), m.Path("right/a")); !errors.Is(err, syscall.EXDEV) {
+		t.Fatalf("rename across lowers: %v, want EXDEV", err)
+	}
+	if err := os.WriteFile(m.Path("top-level"), nil, 0o644); err == nil {
+		t.Fatal("created a file in mux's root")
+	}
+	if layer.StackChanges(mx)&layer.ChangesPlacement == 0 {
+		t.Fatal("mux must declare placement changes")
+	}
+}
+
+func TestMmapThroughProcess(t *testing.T) {
+	for _, extra := range [][]string{nil, {"--no-passthrough"}} {
+		lower := t.TempDir()
+		p := mounttest.MountSpec(t, "mount = \"top\"\n[layer.base]\ntype = \"local\"\npath = \""+lower+"\"\n[layer.top]\ntype = \"null\"\nover = \"base\"\n", extra...)
+		f, err := os.OpenFile(p.Path("m"), os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Truncate(8192)
+		mem, err := unix.Mmap(int(f.Fd()), 0, 8192, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(mem[4000:], "mapped")
+		unix.Msync(mem, unix.MS_SYNC)
+		unix.Munmap(mem)
+		f.Close()
+		b := []byte(mustRead(t, filepath.Join(lower, "m")))
+		if string(b[4000:4006]) != "mapped" {
+			t.Fatalf("%v: lower does not hold the mmap write", extra)
+		}
+		p.Unmount()
+	}
+}
+
+func TestChownDropsSetid(t *testing.T) {
+	mounttest.NeedRoot(t)
+	m, lower := nullStack(t)
+	os.Mkdir(m.Path("u"), 0o777)
+	unix.Chmod(m.Path("u"), 0o777)
+	if out, err := as(1000, 1000, []uint32{3000}, "echo x > "+m.Path("u/prog")+" && chmod 6775 "+m.Path("u/prog")+" && chgrp 3000 "+m.Path("u/prog")); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	var st unix.Stat_t
+	unix.Stat(filepath.Join(lower, "u/prog"), &st)
+	if st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 || st.Gid != 3000 {
+		t.Fatalf("after an unprivileged chgrp the mode is %o, gid %d: set-id bits must be dropped", st.Mode, st.Gid)
+	}
+}
+
+// panicky panics in Getattr of one name: the mount must survive.
+type panicky struct{ layer.Base }
+
+func (p *panicky) Getattr(ctx context.Context, path string) (layer.Attr, error) {
+	if path == "boom" {
+		panic("a bug in a layer")
+	}
+	return p.Base.Getattr(ctx, path)
+}
+
+func TestLayerPanicIsEIO(t *testing.T) {
+	lower := t.TempDir()
+	os.WriteFile(filepath.Join(lower, "boom"), nil, 0o644)
+	os.WriteFile(filepath.Join(lower, "fine"), []byte("ok"), 0o644)
+	l, _ := local.New(lower)
+	defer l.Close()
+	m := mounttest.Mount(t, &panicky{layer.Base{Lower: l}})
+	if _, err := os.Stat(m.Path("boom")); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("stat of the panicking name: %v, want EIO", err)
+	}
+	if mustRead(t, m.Path("fine")) != "ok" {
+		t.Fatal("the mount did not survive the panic")
+	}
+}
+
+func TestNoXattr(t *testing.T) {
+	lower := t.TempDir()
+	l, _ := local.New(lower)
+	defer l.Close()
+	m := mounttest.MountOpts(t, null.New(l), fusefs.Options{NoXattr: true})
+	mustWrite(t, m.Path("f"), "x")
+	if err := unix.Setxattr(m.Path("f"), "user.a", []byte("1"), 0); err != unix.EOPNOTSUPP {
+		t.Fatalf("setxattr with xattrs off: %v, want EOPNOTSUPP", err)
+	}
+	if mustRead(t, m.Path("f")) != "x" {
+		t.Fatal("read")
+	}
+}

@@ -1,0 +1,149 @@
+package layer_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"cairn/layer"
+	"cairn/layers/local"
+)
+
+// recorder is a Hook that notes every operation and refuses those named in
+// refuse.
+type recorder struct {
+	layer.Hooked
+	ops    []string
+	refuse string
+}
+
+func (r *recorder) Before(ctx context.Context, op *layer.Op) error {
+	if op.Name == r.refuse {
+		return syscall.EACCES
+	}
+	return nil
+}
+
+func (r *recorder) After(ctx context.Context, op *layer.Op) {
+	s := op.Name + ":" + op.Path
+	if op.Path2 != "" {
+		s += ">" + op.Path2
+	}
+	if op.Err != nil {
+		s += "!" + layer.Errno(op.Err).Error()
+	}
+	if op.Bytes != 0 && (op.Name == "read" || op.Name == "write") {
+		s += "#" + string(rune('0'+op.Bytes))
+	}
+	if op.Opener != nil && op.Opener.Pid != uint32(os.Getpid()) {
+		s += "?opener"
+	}
+	r.ops = append(r.ops, s)
+}
+
+func newRecorder(t *testing.T) (string, *recorder) {
+	lower := t.TempDir()
+	l, err := local.New(lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{}
+	r.Lower, r.Hook = l, r
+	return lower, r
+}
+
+func TestHookedSeesEveryOperation(t *testing.T) {
+	lower, r := newRecorder(t)
+	ctx := context.Background()
+	r.Mkdir(ctx, "d", 0o755)
+	f, _, err := r.Create(ctx, "d/f", unix.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt(ctx, []byte("abc"), 0)
+	f.ReadAt(ctx, make([]byte, 2), 0)
+	f.Getattr(ctx)
+	f.Setattr(ctx, &layer.SetAttr{Valid: layer.SetMode, Mode: 0o600})
+	f.Allocate(ctx, 0, 8, 0)
+	f.Lseek(ctx, 0, unix.SEEK_DATA)
+	f.Fsync(ctx, false)
+	f.Flush(ctx)
+	f.Release(ctx)
+	r.Getattr(ctx, "d/f")
+	r.Setattr(ctx, "d/f", &layer.SetAttr{Valid: layer.SetMode, Mode: 0o644})
+	r.Symlink(ctx, "f", "d/l")
+	r.Readlink(ctx, "d/l")
+	r.Link(ctx, "d/f", "d/h")
+	r.Rename(ctx, "d/h", "d/i", 0)
+	r.Setxattr(ctx, "d/f", "user.x", []byte("v"), 0)
+	r.Getxattr(ctx, "d/f", "user.x", make([]byte, 8))
+	r.Listxattr(ctx, "d/f", make([]byte, 64))
+	r.Removexattr(ctx, "d/f", "user.x")
+	r.ReadDir(ctx, "d", true)
+	r.Statfs(ctx, "")
+	r.SyncDir(ctx, "d")
+	r.Mknod(ctx, "d/p", unix.S_IFIFO|0o644, 0)
+	r.Unlink(ctx, "d/p")
+	r.refuse = "unlink"
+	if err := r.Unlink(ctx, "d/i"); err != syscall.EACCES {
+		t.Fatalf("refused unlink returned %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(lower, "d/i")); err != nil {
+		t.Fatalf("a refused unlink reached the lower layer: %v", err)
+	}
+	r.Rmdir(ctx, "d")
+	got := strings.Join(r.ops, " ")
+	want := "mkdir:d create:d/f write:d/f#3 read:d/f#2 fgetattr:d/f fsetattr:d/f fallocate:d/f lseek:d/f fsync:d/f " +
+		"flush:d/f release:d/f getattr:d/f setattr:d/f symlink:d/l>f readlink:d/l link:d/f>d/h rename:d/h>d/i " +
+		"setxattr:d/f>user.x getxattr:d/f>user.x listxattr:d/f removexattr:d/f>user.x readdir:d statfs: syncdir:d " +
+		"mknod:d/p unlink:d/p unlink:d/i!permission denied rmdir:d!directory not empty"
+	if got != want {
+		t.Fatalf("operations seen:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestHookedPassthrough(t *testing.T) {
+	_, r := newRecorder(t)
+	ctx := context.Background()
+	f, _, err := r.Create(ctx, "f", unix.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Release(ctx)
+	if _, ok := f.PassthroughFd(); !ok {
+		t.Fatal("a hooked file refuses passthrough by default")
+	}
+	r.NoPassthrough = true
+	if _, ok := f.PassthroughFd(); ok {
+		t.Fatal("NoPassthrough is ignored")
+	}
+}
+
+// TestHookedFollowsRenames: operations on an open file carry its path after
+// renames of it or of a directory above it.
+func TestHookedFollowsRenames(t *testing.T) {
+	_, r := newRecorder(t)
+	ctx := context.Background()
+	r.Mkdir(ctx, "d", 0o755)
+	f, _, err := r.Create(ctx, "d/f", unix.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _, _ := r.Create(ctx, "g", unix.O_RDWR, 0o644)
+	r.Rename(ctx, "d", "e", 0)
+	r.Rename(ctx, "e/f", "e/h", 0)
+	r.Rename(ctx, "e/h", "g", unix.RENAME_EXCHANGE)
+	r.ops = nil
+	f.Fsync(ctx, false)
+	g.Fsync(ctx, false)
+	f.Release(ctx)
+	g.Release(ctx)
+	if got := strings.Join(r.ops, " "); got != "fsync:g fsync:e/h release:g release:e/h" {
+		t.Fatalf("after renames: %s", got)
+	}
+}

@@ -1,0 +1,39 @@
+package acl
+
+import (
+	"cairn/layer"
+	"cairn/registry"
+)
+
+func init() {
+	registry.Register(registry.Type{
+		Name:      "acl",
+		Summary:   "access rules beyond the mode bits, by user, group, process, path and operation (Aclfs)",
+		MinLowers: 1, MaxLowers: 1,
+		Options: []registry.Option{
+			{Name: "default", Kind: registry.String, Default: "allow", Allowed: []string{"allow", "deny"},
+				Help: "what applies when no rule does"},
+			{Name: "log_denials", Kind: registry.Bool, Default: false, Help: "log each refused operation (a warning)"},
+			{Name: "reload", Kind: registry.Bool, Default: false,
+				Help: "the rules may change while mounted (SIGHUP reads them again); open files are then checked on each read and write, without kernel passthrough"},
+		},
+		Rules: &registry.RuleSpec{
+			Help: "the first rule that covers the path and matches the caller and the operation allows or denies it",
+			Options: []registry.Option{
+				{Name: "action", Kind: registry.String, Required: true, Allowed: []string{"allow", "deny"}, Help: "allow or deny"},
+				{Name: "users", Kind: registry.List, Help: "callers by uid or user name (default: anyone)"},
+				{Name: "groups", Kind: registry.List, Help: "callers in one of these groups, by gid or name, supplementary groups included"},
+				{Name: "procs", Kind: registry.List, Help: "callers by process name, as /proc/PID/comm shows it (15 characters at most)"},
+				{Name: "ops", Kind: registry.List,
+					Help: "operation classes: read, write, create, delete, rename, setattr, xattr, exec (default: all)"},
+			},
+		},
+		New: func(l []layer.FS, o registry.Values) (layer.FS, error) {
+			rs, err := FromRegistry(o.Rules(), o.String("default") == "allow")
+			if err != nil {
+				return nil, err
+			}
+			return New(l[0], rs, o.Bool("reload"), o.Bool("log_denials")), nil
+		},
+	})
+}

@@ -1,0 +1,57 @@
+#!/bin/sh
+# Sets up a fresh Debian machine for cairn, builds it and runs the demo:
+# installs fuse3 (and the tools the tests use), a Go toolchain if needed,
+# builds bin/cairn, then mounts the embedded demo stack, shows it working
+# and unmounts. --no-demo skips the demo (CI).
+set -eu
+cd "$(dirname "$0")"
+GO_WANT=1.26
+
+need_root() { if [ "$(id -u)" != 0 ]; then echo "setup.sh: run as root (it installs packages and mounts FUSE)"; exit 1; fi; }
+need_root
+
+echo "== installing packages (apt)"
+export DEBIAN_FRONTEND=noninteractive
+pkgs="fuse3 attr ca-certificates curl unzip xz-utils gcc make"
+missing=""
+for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+if [ -n "$missing" ]; then
+	apt-get update -qq || true
+	apt-get install -y -qq $missing
+fi
+modprobe fuse 2>/dev/null || true
+# allow_other for non-root users of a mount, as the tests do.
+grep -q '^user_allow_other' /etc/fuse.conf 2>/dev/null || echo user_allow_other >> /etc/fuse.conf
+
+echo "== Go toolchain"
+export PATH="/usr/local/go/bin:$PATH:$HOME/go/bin"
+have_go() {
+	command -v go >/dev/null 2>&1 || return 1
+	v=$(go env GOVERSION 2>/dev/null | sed 's/^go//')
+	[ "$(printf '%s\n%s\n' "$GO_WANT" "$v" | sort -V | head -1)" = "$GO_WANT" ]
+}
+if ! have_go; then
+	if command -v go >/dev/null 2>&1 && go version | grep -qE 'go1\.(2[1-9]|[3-9][0-9])'; then
+		: # go >= 1.21 downloads the toolchain go.mod asks for by itself
+	else
+		# No usable Go: fetch the toolchain from the Go module proxy.
+		tc="v0.0.1-go1.26.8.linux-amd64"
+		tmp=$(mktemp -d)
+		curl -fsSL -o "$tmp/go.zip" "https://proxy.golang.org/golang.org/toolchain/@v/$tc.zip"
+		rm -rf /usr/local/go && mkdir -p /usr/local/go
+		unzip -q "$tmp/go.zip" -d "$tmp/x"
+		cp -a "$tmp/x/golang.org/toolchain@$tc/." /usr/local/go/
+		chmod +x /usr/local/go/bin/* /usr/local/go/pkg/tool/*/* 2>/dev/null || true
+		rm -rf "$tmp"
+	fi
+fi
+go version
+
+echo "== building bin/cairn"
+go build -o bin/cairn ./cmd/cairn
+./bin/cairn version
+
+if [ "${1:-}" != "--no-demo" ]; then
+	echo "== demo"
+	./bin/cairn demo
+fi

@@ -1,0 +1,207 @@
+package spec
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"cairn/layer"
+	"cairn/registry"
+)
+
+// Default kernel cache times, as the FUSE frontend applies them when the spec
+// and the command line say nothing.
+const defaultTimeout = "1s"
+
+// Explain prints the stack as a tree, the mounted layer first: each layer's
+// type, what it changes, whether files under it can get kernel passthrough,
+// its options (secrets masked, defaults marked) and its rules.
+func (s *Spec) Explain(w io.Writer) {
+	src := s.File
+	if s.Inline != "" {
+		src = "the inline spec" // not its text: it may hold a secret
+	}
+	n := fmt.Sprintf("%d layers", len(s.Layers))
+	if len(s.Layers) == 1 {
+		n = "1 layer"
+	}
+	fmt.Fprintf(w, "%s mounts layer %q (%s)\n", src, s.Mount, n)
+	if who := s.dataChangers(s.Mount); len(who) == 0 {
+		fmt.Fprintf(w, "kernel passthrough: yes: no layer changes file data, so the kernel reads and writes the lower files itself\n")
+	} else {
+		fmt.Fprintf(w, "kernel passthrough: no: %s file data\n", changersText(who))
+	}
+	var mo []string
+	for _, k := range mountOptions {
+		v := s.mountOption(k)
+		if !contains(s.Given, k) {
+			switch k {
+			case "allow_other":
+				v = "false"
+			case "log_level":
+				v = `"info"`
+			default:
+				v = fmt.Sprintf("%q", defaultTimeout)
+			}
+			v += " (default)"
+		}
+		mo = append(mo, k+" = "+v)
+	}
+	fmt.Fprintf(w, "mount options: %s\n\n", strings.Join(mo, ", "))
+	e := &explainer{w: w, seen: map[string]bool{}, all: s.dataChangers(s.Mount)}
+	s.explainLayer(e, s.Mount, "", true, true, nil)
+}
+
+func changersText(who []string) string {
+	if len(who) == 1 {
+		return fmt.Sprintf("layer %s changes", who[0])
+	}
+	return fmt.Sprintf("layers %s change", andList(who))
+}
+
+// dataChangers lists the layers at or below name that change data, as
+// `"name" (type)`.
+func (s *Spec) dataChangers(name string) []string {
+	var out []string
+	seen := map[string]bool{}
+	var walk func(string)
+	walk = func(n string) {
+		l := s.Layers[n]
+		if l == nil || seen[n] {
+			return
+		}
+		seen[n] = true
+		if l.t != nil && l.t.Changes&layer.ChangesData != 0 {
+			out = append(out, fmt.Sprintf("%q (%s)", n, l.Type))
+		}
+		for _, o := range l.Over {
+			walk(o)
+		}
+	}
+	walk(name)
+	return out
+}
+
+type explainer struct {
+	w    io.Writer
+	seen map[string]bool
+	all  []string // the layers of the stack that change data
+}
+
+// explainLayer prints name and the layers under it. above lists the layers
+// over it that change data.
+func (s *Spec) explainLayer(e *explainer, name, prefix string, last, root bool, above []string) {
+	w, seen := e.w, e.seen
+	l := s.Layers[name]
+	head, body := prefix, prefix
+	if !root {
+		if last {
+			head, body = prefix+"└── ", prefix+"    "
+		} else {
+			head, body = prefix+"├── ", prefix+"│   "
+		}
+	}
+	if l == nil {
+		fmt.Fprintf(w, "%s%s (not defined)\n", head, name)
+		return
+	}
+	if seen[name] {
+		fmt.Fprintf(w, "%s%s (%s, shown above)\n", head, name, l.Type)
+		return
+	}
+	seen[name] = true
+	fmt.Fprintf(w, "%s%s (%s)\n", head, name, l.Type)
+	detail := body + "│   "
+	if len(l.Over) == 0 {
+		detail = body + "    "
+	}
+	line := func(f string, a ...any) { fmt.Fprintf(w, "%s%s\n", detail, fmt.Sprintf(f, a...)) }
+	t := l.t
+	if t == nil {
+		line("unknown type")
+	} else {
+		line("%s", t.Summary)
+		line("changes: %s", t.Changes)
+		onPath := append(append([]string{}, above...), s.dataChangers(name)...)
+		all := e.all
+		switch {
+		case len(all) == 0:
+			line("passthrough: yes")
+		case len(onPath) > 0:
+			line("passthrough: no (%s data)", changersText(onPath))
+		default:
+			line("passthrough: no (no layer on this path changes data, but the mount turns passthrough off for all files: %s data)", changersText(all))
+		}
+		for i := range t.Options {
+			o := &t.Options[i]
+			raw, given := l.Options[o.Name]
+			typed := l.Values[o.Name]
+			switch {
+			case given:
+				line("%s = %s", o.Name, FormatValue(o, raw, typed, false))
+			case typed != nil:
+				line("%s = %s (default)", o.Name, FormatValue(o, o.Default, typed, false))
+			}
+		}
+	}
+	for _, r := range l.Rules {
+		line("%s", r.describe(t, indexOfRule(s.Rules, r)+1))
+	}
+	if len(l.Rules) > 0 {
+		if t != nil && t.Rules != nil && t.Rules.Help != "" {
+			line("(%s)", t.Rules.Help)
+		} else {
+			line("(rules are tried in order; the first that covers a path applies)")
+		}
+	}
+	if t != nil && t.Changes&layer.ChangesData != 0 {
+		above = append(append([]string{}, above...), fmt.Sprintf("%q (%s)", name, l.Type))
+	}
+	for i, o := range l.Over {
+		s.explainLayer(e, o, body, i == len(l.Over)-1, false, above)
+	}
+}
+
+// describe is a rule on one line.
+func (r *Rule) describe(t *registry.Type, n int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "rule %d: match %s", n, strings.Join(quoted(r.Match), ", "))
+	if len(r.Except) > 0 {
+		fmt.Fprintf(&b, " except %s", strings.Join(quoted(r.Except), ", "))
+	}
+	if t != nil && t.Rules != nil {
+		var parts []string
+		for i := range t.Rules.Options {
+			o := &t.Rules.Options[i]
+			raw, given := r.Options[o.Name]
+			typed := r.Values[o.Name]
+			switch {
+			case given:
+				parts = append(parts, o.Name+" = "+FormatValue(o, raw, typed, false))
+			case typed != nil:
+				parts = append(parts, o.Name+" = "+FormatValue(o, o.Default, typed, false)+" (default)")
+			}
+		}
+		if len(parts) > 0 {
+			b.WriteString(": " + strings.Join(parts, ", "))
+		}
+	}
+	return b.String()
+}
+
+func quoted(l []string) []string {
+	out := make([]string, len(l))
+	for i, s := range l {
+		out[i] = tomlQuote(s)
+	}
+	return out
+}
+
+func indexOfRule(rules []*Rule, r *Rule) int {
+	for i, x := range rules {
+		if x == r {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,352 @@
+package spec
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"cairn/registry"
+)
+
+// InlineFile is the file name positions of the inline form carry.
+const InlineFile = "inline"
+
+// The inline form describes a chain of layers over one directory, top layer
+// first, on one line:
+//
+//	inline  = chain ":" DIR | chain | DIR
+//	chain   = layer { "," layer }
+//	layer   = TYPE [ "(" [ option { "," option } ] ")" ]
+//	option  = NAME "=" value
+//	value   = '"' chars with \" and \\ escapes '"' | "'" chars "'" | bare
+//	bare    = chars other than , ( ) " ' (spaces around it are dropped)
+//	TYPE, NAME = letters, digits, - and _
+//
+// ":DIR" is short for ",local(path=DIR)"; DIR is the rest of the text, as is
+// (but for spaces after the ":").
+// A chain without ":DIR" must end with a bottom layer. A text that starts
+// with "/", "./", "../" or "~/", or that names an existing directory, is a
+// DIR alone: local(path=DIR).
+//
+//	snoop(log=/tmp/a.jsonl),null:/srv/data
+//	mux(names=a+b),null:./data
+//
+// Options take their values as text: true/false, 4096, "64KiB", "1s"; a list
+// joins its elements with "+". Relative directories are relative to the
+// current directory. Layers are named after their type ("null", and
+// "null-2" for a second null layer); the directory's layer is "local".
+// Spec.TOML prints the equivalent spec file.
+
+type inlineLayer struct {
+	typ     string
+	typePos Pos
+	opts    []inlineOpt
+}
+
+type inlineOpt struct {
+	name           string
+	namePos, vaPos Pos
+	val            string
+}
+
+// ParseInline parses and checks the inline form.
+func ParseInline(text string) (*Spec, error) {
+	var errs ErrorList
+	p := &inlineParser{s: text, errs: &errs}
+	chain, dir, dirPos := p.parse()
+	s := &Spec{File: InlineFile, Inline: text, Layers: map[string]*Layer{}}
+	if len(errs) > 0 {
+		errs.fillLines(InlineFile, []byte(oneLine(text)))
+		return s, errs.err()
+	}
+	root := inlineTable(chain, dir, dirPos)
+	c := &checker{errs: &errs, dir: ".", inline: true}
+	s = c.spec(InlineFile, root, false)
+	s.Inline = text
+	s.text = []byte(oneLine(text))
+	errs.fillLines(InlineFile, []byte(oneLine(text)))
+	return s, errs.finish(InlineFile)
+}
+
+// LooksInline reports whether arg is meant as the inline form rather than a
+// spec file: it is not an existing regular file, does not end in .toml, and
+// either holds one of "(,:", names an existing directory, or is a layer type.
+func LooksInline(arg string) bool {
+	if strings.HasSuffix(arg, ".toml") {
+		return false
+	}
+	fi, err := os.Stat(arg)
+	if err == nil {
+		return !fi.Mode().IsRegular()
+	}
+	if strings.ContainsAny(arg, "(,:") {
+		return true
+	}
+	_, isType := registry.Lookup(strings.TrimSpace(arg))
+	return isType
+}
+
+type inlineParser struct {
+	s    string
+	i    int
+	errs *ErrorList
+}
+
+func (p *inlineParser) pos(i int) Pos { return Pos{File: InlineFile, Line: 1, Col: i + 1} }
+
+func (p *inlineParser) errorf(i int, f string, a ...any) {
+	*p.errs = append(*p.errs, &Error{Pos: p.pos(i), Msg: fmt.Sprintf(f, a...)})
+}
+
+func (p *inlineParser) found() string {
+	if p.i >= len(p.s) {
+		return "the end"
+	}
+	r, _ := utf8.DecodeRuneInString(p.s[p.i:])
+	return strconv.QuoteRune(r)
+}
+
+func isNameByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
+}
+
+func (p *inlineParser) space() {
+	for p.i < len(p.s) && (p.s[p.i] == ' ' || p.s[p.i] == '\t') {
+		p.i++
+	}
+}
+
+func (p *inlineParser) name() (string, int) {
+	start := p.i
+	for p.i < len(p.s) && isNameByte(p.s[p.i]) {
+		p.i++
+	}
+	return p.s[start:p.i], start
+}
+
+func isDirText(s string) bool {
+	for _, pre := range []string{"/", "./", "../", "~/"} {
+		if strings.HasPrefix(s, pre) {
+			return true
+		}
+	}
+	if s == "." || s == ".." || s == "~" {
+		return true
+	}
+	if strings.ContainsAny(s, "(,:") {
+		return false
+	}
+	fi, err := os.Stat(s)
+	return err == nil && fi.IsDir()
+}
+
+func (p *inlineParser) parse() ([]inlineLayer, string, Pos) {
+	if !utf8.ValidString(p.s) {
+		p.errorf(0, "the inline spec is not valid UTF-8")
+		return nil, "", Pos{}
+	}
+	if strings.TrimSpace(p.s) == "" {
+		p.errorf(0, "the inline spec is empty: expected a chain of layers over a directory, such as null:/srv/data")
+		return nil, "", Pos{}
+	}
+	if isDirText(p.s) {
+		return nil, expandHome(p.s), p.pos(0)
+	}
+	var chain []inlineLayer
+	for {
+		p.space()
+		typ, at := p.name()
+		if typ == "" {
+			if len(chain) == 0 {
+				p.errorf(p.i, "expected a layer type (letters, digits, - and _) or a directory, found %s", p.found())
+			} else {
+				p.errorf(p.i, "expected a layer type after \",\", found %s", p.found())
+			}
+			return nil, "", Pos{}
+		}
+		l := inlineLayer{typ: typ, typePos: p.pos(at)}
+		p.space()
+		if p.i < len(p.s) && p.s[p.i] == '(' {
+			p.i++
+			if !p.options(&l) {
+				return nil, "", Pos{}
+			}
+			p.space()
+		}
+		chain = append(chain, l)
+		if p.i >= len(p.s) {
+			return chain, "", Pos{}
+		}
+		switch p.s[p.i] {
+		case ',':
+			p.i++
+			continue
+		case ':':
+			p.i++
+			p.space()
+			dir := p.s[p.i:]
+			if dir == "" {
+				p.errorf(p.i, "expected a directory after \":\", found the end")
+				return nil, "", Pos{}
+			}
+			return chain, expandHome(dir), p.pos(p.i)
+		}
+		hint := ""
+		if p.s[p.i] == '/' || p.s[p.i] == '.' {
+			hint = " (to name a directory, start it with / or ./)"
+		}
+		p.errorf(p.i, "expected \"(\", \",\" or \":\" after layer type %q, found %s%s", typ, p.found(), hint)
+		return nil, "", Pos{}
+	}
+}
+
+// options parses "name=value, ...)" after the "(".
+func (p *inlineParser) options(l *inlineLayer) bool {
+	seen := map[string]bool{}
+	for {
+		p.space()
+		if p.i < len(p.s) && p.s[p.i] == ')' && len(l.opts) == 0 {
+			p.i++
+			return true
+		}
+		name, at := p.name()
+		if name == "" {
+			p.errorf(p.i, "expected an option name in %s(...), found %s", l.typ, p.found())
+			return false
+		}
+		if seen[name] {
+			p.errorf(at, "option %q of %s is given twice", name, l.typ)
+			return false
+		}
+		seen[name] = true
+		p.space()
+		if p.i >= len(p.s) || p.s[p.i] != '=' {
+			hint := ""
+			if p.i >= len(p.s) || p.s[p.i] == ':' || p.s[p.i] == ',' {
+				hint = fmt.Sprintf(" (is the \")\" that closes %s(...) missing?)", l.typ)
+			}
+			p.errorf(p.i, "expected \"=\" after option name %q, found %s%s", name, p.found(), hint)
+			return false
+		}
+		p.i++
+		p.space()
+		vat := p.i
+		val, ok := p.value()
+		if !ok {
+			return false
+		}
+		l.opts = append(l.opts, inlineOpt{name: name, namePos: p.pos(at), vaPos: p.pos(vat), val: val})
+		p.space()
+		if p.i >= len(p.s) {
+			p.errorf(p.i, "expected \",\" or \")\" after the value of %q, found the end (close %s( with \")\")", name, l.typ)
+			return false
+		}
+		switch p.s[p.i] {
+		case ',':
+			p.i++
+		case ')':
+			p.i++
+			return true
+		default:
+			p.errorf(p.i, "expected \",\" or \")\" after the value of %q, found %s (quote a value that holds it)", name, p.found())
+			return false
+		}
+	}
+}
+
+func (p *inlineParser) value() (string, bool) {
+	if p.i < len(p.s) && (p.s[p.i] == '"' || p.s[p.i] == '\'') {
+		q := p.s[p.i]
+		start := p.i
+		p.i++
+		var b strings.Builder
+		for p.i < len(p.s) {
+			c := p.s[p.i]
+			switch {
+			case c == q:
+				p.i++
+				return b.String(), true
+			case c == '\\' && q == '"':
+				if p.i+1 < len(p.s) && (p.s[p.i+1] == '"' || p.s[p.i+1] == '\\') {
+					b.WriteByte(p.s[p.i+1])
+					p.i += 2
+					continue
+				}
+				p.errorf(p.i, "in a \"quoted\" value, \\ must be followed by \" or \\")
+				return "", false
+			}
+			b.WriteByte(c)
+			p.i++
+		}
+		p.errorf(start, "the quoted value is not closed (expected a closing %c)", q)
+		return "", false
+	}
+	start := p.i
+	for p.i < len(p.s) && !strings.ContainsRune(",()\"'", rune(p.s[p.i])) {
+		p.i++
+	}
+	return strings.TrimRight(p.s[start:p.i], " \t"), true
+}
+
+func expandHome(dir string) string {
+	if dir == "~" || strings.HasPrefix(dir, "~/") {
+		if h, err := os.UserHomeDir(); err == nil {
+			return h + dir[1:]
+		}
+	}
+	return dir
+}
+
+// inlineTable builds the same value tree a spec file gives, with positions
+// in the inline text, so that one checker serves both forms.
+func inlineTable(chain []inlineLayer, dir string, dirPos Pos) *table {
+	root := newTable(Pos{File: InlineFile, Line: 1, Col: 1})
+	layers := newTable(root.pos)
+	used := map[string]bool{}
+	nameOf := func(typ string) string {
+		n := typ
+		for i := 2; used[n]; i++ {
+			n = fmt.Sprintf("%s-%d", typ, i)
+		}
+		used[n] = true
+		return n
+	}
+	var names []string
+	var tabs []*table
+	for _, l := range chain {
+		n := nameOf(l.typ)
+		t := newTable(l.typePos)
+		t.explicit = true
+		t.set("type", &value{kind: vString, s: l.typ, pos: l.typePos, keyPos: l.typePos})
+		for _, o := range l.opts {
+			t.set(o.name, &value{kind: vString, s: o.val, raw: o.val, pos: o.vaPos, keyPos: o.namePos})
+		}
+		names = append(names, n)
+		tabs = append(tabs, t)
+	}
+	if dir != "" || len(chain) == 0 {
+		n := nameOf("local")
+		t := newTable(dirPos)
+		t.set("type", &value{kind: vString, s: "local", pos: dirPos, keyPos: dirPos})
+		t.set("path", &value{kind: vString, s: dir, raw: dir, pos: dirPos, keyPos: dirPos})
+		names = append(names, n)
+		tabs = append(tabs, t)
+	}
+	for i, n := range names {
+		if i+1 < len(names) {
+			tabs[i].set("over", &value{kind: vString, s: names[i+1], pos: tabs[i+1].pos, keyPos: tabs[i+1].pos})
+		}
+		layers.set(n, &value{kind: vTable, tab: tabs[i], pos: tabs[i].pos, keyPos: tabs[i].pos})
+	}
+	root.set("mount", &value{kind: vString, s: names[0], pos: root.pos, keyPos: root.pos})
+	root.set("layer", &value{kind: vTable, tab: layers, pos: root.pos, keyPos: root.pos})
+	return root
+}
+
+// oneLine is the inline text as one line, for error carets: its positions
+// count bytes from its start.
+func oneLine(text string) string {
+	return strings.NewReplacer("\n", " ", "\r", " ").Replace(text)
+}
