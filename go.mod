@@ -10,4 +10,4 @@ require (
 	golang.org/x/sys v0.49.0
 )
 
-require github.com/pelletier/go-toml/v2 v2.4.3
+require github.com/pelletier/go-toml/v2 v2.4.3 // indirect
