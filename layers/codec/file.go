@@ -32,9 +32,7 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	}
 	f.st.mu.Lock()
 	defer f.st.mu.Unlock()
-	n, err := f.st.readAt(ctx, p, off)
-	trace("read ino=%d off=%d len=%d size %d -> %d %v", f.st.ino, off, len(p), f.st.size, n, err)
-	return n, err
+	return f.st.readAt(ctx, p, off)
 }
 
 func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
@@ -48,7 +46,6 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 		off = s.size
 	}
 	n, err := s.writeAt(ctx, p, off)
-	trace("write ino=%d off=%d len=%d -> size %d err %v", s.ino, off, len(p), s.size, err)
 	if err == nil && f.flags&(unix.O_SYNC|unix.O_DSYNC) != 0 {
 		err = s.sync(ctx, true, false)
 	}
@@ -62,7 +59,6 @@ func (f *File) Getattr(ctx context.Context) (layer.Attr, error) {
 	defer s.mu.Unlock()
 	a, err := s.lower.Getattr(ctx)
 	a.Size = uint64(s.size)
-	trace("fgetattr ino=%d size %d", s.ino, s.size)
 	return a, err
 }
 
@@ -71,7 +67,6 @@ func (f *File) Setattr(ctx context.Context, in *layer.SetAttr) (layer.Attr, erro
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if in.Valid&layer.SetSize != 0 {
-		trace("ftruncate ino=%d %d -> %d", s.ino, s.size, in.Size)
 		if err := s.truncate(ctx, int64(in.Size)); err != nil {
 			return layer.Attr{}, err
 		}

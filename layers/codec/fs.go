@@ -237,7 +237,6 @@ func (fs *FS) logicalSize(ctx context.Context, path string, a *layer.Attr) error
 		st.mu.Lock()
 		a.Size = uint64(st.size)
 		st.mu.Unlock()
-		trace("getattr %s ino=%d open size %d", path, a.Ino, a.Size)
 		return nil
 	}
 	if a.Size == 0 {
@@ -254,7 +253,6 @@ func (fs *FS) logicalSize(ctx context.Context, path string, a *layer.Attr) error
 		return err
 	}
 	if sl, ok := bestSlot(area[:n]); ok && sl.logEnd == int64(a.Size) {
-		trace("getattr %s ino=%d header size %d", path, a.Ino, sl.size)
 		a.Size = uint64(sl.size)
 		return nil
 	}
@@ -348,7 +346,6 @@ func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, err
 		return nil, err
 	}
 	f := &File{fs: fs, st: st, flags: flags & handleFlags, path: path, lk: lk}
-	trace("open %s ino=%d flags=%#x size %d", path, st.ino, flags, st.size)
 	if flags&unix.O_TRUNC != 0 && flags&unix.O_ACCMODE != unix.O_RDONLY {
 		st.mu.Lock()
 		err = st.truncate(ctx, 0)

@@ -166,7 +166,6 @@ func (s *state) load(ctx context.Context) error {
 		}
 	}
 	s.replay(tail)
-	trace("load ino=%d ckpt %d tail %d size %d fsize %d", s.ino, s.ckptOff, len(tail), s.size, fsize)
 	s.scanned = len(tail)
 	s.ckptRecs = len(tail)
 	s.nextGen = maxGen + 1
@@ -253,7 +252,7 @@ func (s *state) scanWith(ctx context.Context, from, end int64, salt uint32, shif
 	var bstart int64 // file offset of buf[0]
 	var skipped int64
 	fill := func(at int64) error {
-		n := min(int64(cap(buf)), end-at)
+		n := max(min(int64(cap(buf)), end-at), 0)
 		buf = buf[:n]
 		k, err := s.lower.ReadAt(ctx, buf, at)
 		if err != nil && err != io.EOF {
@@ -684,7 +683,6 @@ func (s *state) persist(ctx context.Context, cs []int64) error {
 			out = appendRecord(out, r, enc)
 		}
 		r.encLen = uint32(s.logEnd + int64(len(out)) - off - recHdrSize)
-		trace("persist ino=%d chunk %d typ %d gen %d dec %d aux %d at %d size %d", s.ino, c, r.typ, r.gen, r.decLen, r.aux, off, s.size)
 		done = append(done, placed{c, r, off})
 	}
 	if _, err := s.lower.WriteAt(ctx, out, s.logEnd); err != nil {
@@ -728,8 +726,8 @@ func (s *state) initLog(ctx context.Context) error {
 	if s.logEnd != 0 {
 		return nil
 	}
-	sl := s.slot()
-	sl.seq = 1
+	// Both slots describe the empty log.
+	sl := slot{codec: s.fs.kind.ID, shift: s.shift, salt: s.salt, seq: 1, logEnd: headerSize, gen: s.nextGen - 1}
 	b := append(sl.marshal(), sl.marshal()...)
 	if _, err := s.lower.WriteAt(ctx, b, 0); err != nil {
 		return err
@@ -815,7 +813,6 @@ func (s *state) truncate(ctx context.Context, n int64) error {
 
 // punch zeroes [off, off+n) within the file.
 func (s *state) punch(ctx context.Context, off, n int64) error {
-	trace("punch ino=%d off %d n %d size %d", s.ino, off, n, s.size)
 	end := min(off+n, s.size)
 	for off < end {
 		c, in := off/s.cs, int(off%s.cs)
@@ -936,7 +933,6 @@ func (s *state) shouldCompact() bool {
 // front and cuts the file after it. At every moment the log replays to the
 // file's content: see docs/codec-format.md.
 func (s *state) compact(ctx context.Context) error {
-	trace("compact ino=%d size %d", s.ino, s.size)
 	e := s.logEnd
 	reset := rec{typ: recSize, flags: flagReset, shift: s.shift, salt: s.salt, gen: s.nextGen, arg: uint64(s.size)}
 	s.nextGen++
