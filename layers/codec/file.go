@@ -3,6 +3,7 @@ package codec
 import (
 	"context"
 	"io"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -161,29 +162,35 @@ func (f *File) Lseek(ctx context.Context, off int64, whence int) (int64, error) 
 	if off >= s.size {
 		return 0, syscall.ENXIO
 	}
-	hasData := func(c int64) bool {
-		if _, ok := s.dirty[c]; ok {
-			return true
+	// The chunks with data at or after off's chunk, in order.
+	first := off / s.cs
+	var data []int64
+	for c := range s.chunks {
+		if c >= first {
+			data = append(data, c)
 		}
-		_, ok := s.chunks[c]
-		return ok
 	}
-	last := (s.size - 1) / s.cs
+	for c := range s.dirty {
+		if _, dup := s.chunks[c]; !dup && c >= first {
+			data = append(data, c)
+		}
+	}
+	slices.Sort(data)
 	switch whence {
 	case unix.SEEK_DATA:
-		for c := off / s.cs; c <= last; c++ {
-			if hasData(c) {
-				return max(off, c*s.cs), nil
-			}
+		if len(data) == 0 || data[0]*s.cs >= s.size {
+			return 0, syscall.ENXIO
 		}
-		return 0, syscall.ENXIO
+		return max(off, data[0]*s.cs), nil
 	case unix.SEEK_HOLE:
-		for c := off / s.cs; c <= last; c++ {
-			if !hasData(c) {
-				return max(off, c*s.cs), nil
+		next := first
+		for _, c := range data {
+			if c != next {
+				break
 			}
+			next++
 		}
-		return s.size, nil
+		return min(max(off, next*s.cs), s.size), nil
 	}
 	return 0, syscall.EINVAL
 }

@@ -259,7 +259,14 @@ func (fs *FS) logicalSize(ctx context.Context, path string, a *layer.Attr) error
 	// The header does not describe the file (a crash): replay its log.
 	st, err = fs.openState(ctx, path, unix.O_RDONLY)
 	if err != nil {
-		return err
+		if _, errno := err.(syscall.Errno); errno {
+			return err
+		}
+		// Not a file of this layer, or damaged beyond its log: show it
+		// (empty) so that it can be inspected or removed; reads fail.
+		fs.log().Warn("codec: cannot read the file's index", "path", path, "err", err)
+		a.Size = 0
+		return nil
 	}
 	st.mu.Lock()
 	a.Size = uint64(st.size)

@@ -5,9 +5,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"cairn/internal/fsx"
 	"cairn/internal/mounttest"
@@ -85,5 +88,51 @@ func TestFsxMmapProcess(t *testing.T) {
 			fsx.Run(t, fsx.Config{Dir: p.Dir, Ops: fsxOps(5000), Mmap: true, Punch: true, MaxSize: 512 << 10})
 			p.Unmount()
 		})
+	}
+}
+
+// TestSeekAndCopyRange: SEEK_DATA/SEEK_HOLE see chunk holes; a
+// copy_file_range between files of the mount copies the bytes.
+func TestSeekAndCopyRange(t *testing.T) {
+	lower, fs := newStack(t, "zstd", Options{ChunkSize: 4096, FastTails: true, Level: 3})
+	m := mounttest.Mount(t, fs)
+	f, err := os.OpenFile(m.Path("s"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte("head"), 0)
+	f.WriteAt([]byte("tail"), 40960)
+	fd := int(f.Fd())
+	for _, c := range []struct {
+		off    int64
+		whence int
+		want   int64
+	}{{0, unix.SEEK_DATA, 0}, {0, unix.SEEK_HOLE, 4096}, {5000, unix.SEEK_DATA, 40960}, {40961, unix.SEEK_HOLE, 40964}} {
+		if got, err := unix.Seek(fd, c.off, c.whence); err != nil || got != c.want {
+			t.Errorf("lseek(%d, %d) = %d, %v; want %d", c.off, c.whence, got, err, c.want)
+		}
+	}
+	g, err := os.OpenFile(m.Path("d"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, 40964)
+	copy(want, "head")
+	copy(want[40960:], "tail")
+	offIn, offOut := int64(0), int64(0)
+	for offIn < int64(len(want)) {
+		n, err := unix.CopyFileRange(fd, &offIn, int(g.Fd()), &offOut, len(want)-int(offIn), 0)
+		if err != nil || n == 0 {
+			t.Fatalf("copy_file_range: %d, %v", n, err)
+		}
+	}
+	f.Close()
+	g.Close()
+	got, err := os.ReadFile(m.Path("d"))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("copied file differs: %d bytes, %v", len(got), err)
+	}
+	if raw, _ := os.ReadFile(filepath.Join(lower, "d")); bytes.Contains(raw, want[:4096]) {
+		t.Fatalf("the lower copy is not encoded")
 	}
 }
