@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sort"
 	"sync"
@@ -248,7 +249,7 @@ func (s *state) scan(ctx context.Context, from, end int64, fn func(srec)) ([]sre
 // byte by byte until the next record magic. Payload checksums are checked.
 // It returns the number of bytes skipped as garbage.
 func (s *state) scanWith(ctx context.Context, from, end int64, salt uint32, shift uint8, fn func(srec) bool) (int64, error) {
-	buf := make([]byte, 0, scanBlock)
+	buf := make([]byte, 0, max(min(scanBlock, end-from), recHdrSize))
 	var bstart int64 // file offset of buf[0]
 	var skipped int64
 	fill := func(at int64) error {
@@ -386,15 +387,54 @@ func (s *state) recount() {
 
 // ---- reading -------------------------------------------------------------
 
-// readRecord reads the record an op names and checks it.
-func (s *state) readRecord(ctx context.Context, c int64, o op, want uint8) (rec, []byte, error) {
-	b := make([]byte, o.rlen)
-	n, err := s.lower.ReadAt(ctx, b, o.off)
-	if err != nil && err != io.EOF {
-		return rec{}, nil, err
+// span is a stretch of the lower file read at once: a chunk's base and
+// deltas usually lie close together, and one read beats hundreds.
+type span struct {
+	off int64
+	b   []byte
+}
+
+// readSpan reads the records of ops in one read when they lie within a few
+// chunks of each other.
+func (s *state) readSpan(ctx context.Context, ops []op) *span {
+	if len(ops) < 3 {
+		return nil
 	}
-	if n < int(o.rlen) {
-		return rec{}, nil, s.errorf(c, "record at %d is cut short", o.off)
+	lo, hi := int64(-1), int64(0)
+	for _, o := range ops {
+		if o.kind == opClip {
+			continue
+		}
+		if lo < 0 || o.off < lo {
+			lo = o.off
+		}
+		hi = max(hi, o.off+int64(o.rlen))
+	}
+	if lo < 0 || hi-lo > 4*s.cs+(64<<10) {
+		return nil
+	}
+	b := make([]byte, hi-lo)
+	n, err := s.lower.ReadAt(ctx, b, lo)
+	if err != nil && err != io.EOF {
+		return nil
+	}
+	return &span{off: lo, b: b[:n]}
+}
+
+// readRecord reads the record an op names and checks it.
+func (s *state) readRecord(ctx context.Context, c int64, o op, want uint8, sp *span) (rec, []byte, error) {
+	var b []byte
+	if sp != nil && o.off >= sp.off && o.off+int64(o.rlen) <= sp.off+int64(len(sp.b)) {
+		b = sp.b[o.off-sp.off : o.off-sp.off+int64(o.rlen)]
+	} else {
+		b = make([]byte, o.rlen)
+		n, err := s.lower.ReadAt(ctx, b, o.off)
+		if err != nil && err != io.EOF {
+			return rec{}, nil, err
+		}
+		if n < int(o.rlen) {
+			return rec{}, nil, s.errorf(c, "record at %d is cut short", o.off)
+		}
 	}
 	r, err := parseRec(b, s.salt, s.shift)
 	if err != nil {
@@ -413,10 +453,12 @@ func (s *state) readRecord(ctx context.Context, c int64, o op, want uint8) (rec,
 // decodeChunk builds chunk c's content from the log.
 func (s *state) decodeChunk(ctx context.Context, c int64) ([]byte, error) {
 	var buf []byte
-	for _, o := range s.chunks[c] {
+	ops := s.chunks[c]
+	sp := s.readSpan(ctx, ops)
+	for _, o := range ops {
 		switch o.kind {
 		case opBase:
-			r, p, err := s.readRecord(ctx, c, o, recChunk)
+			r, p, err := s.readRecord(ctx, c, o, recChunk, sp)
 			if err != nil {
 				return nil, err
 			}
@@ -443,7 +485,7 @@ func (s *state) decodeChunk(ctx context.Context, c int64) ([]byte, error) {
 				buf = out
 			}
 		case opDelta:
-			r, p, err := s.readRecord(ctx, c, o, recDelta)
+			r, p, err := s.readRecord(ctx, c, o, recDelta, sp)
 			if err != nil {
 				return nil, err
 			}
@@ -644,7 +686,14 @@ func (s *state) persist(ctx context.Context, cs []int64) error {
 	}
 	var done []placed
 	last := (s.size - 1) / s.cs
-	for _, c := range cs {
+	// Which chunks are fast tails, and the encodings of the others, made
+	// in parallel (a flush of many chunks uses every core).
+	delta := make([]bool, len(cs))
+	encs := make([][]byte, len(cs))
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for i, c := range cs {
 		d := s.dirty[c]
 		// The chunk may reach past the end after a truncation.
 		if lim := s.size - c*s.cs; int64(len(d.buf)) > lim {
@@ -652,33 +701,52 @@ func (s *state) persist(ctx context.Context, cs []int64) error {
 			d.stored = min(d.stored, len(d.buf))
 			d.orig = min(d.orig, len(d.buf))
 		}
-		r := rec{codec: s.fs.kind.ID, shift: s.shift, salt: s.salt, gen: s.nextGen, arg: uint64(c)}
-		s.nextGen++
-		off := s.logEnd + int64(len(out))
-		ops := s.chunks[c]
 		nd := 0
-		for _, o := range ops {
+		for _, o := range s.chunks[c] {
 			if o.kind == opDelta {
 				nd++
 			}
 		}
 		if s.fs.fastTails && c == last && int64(len(d.buf)) < s.cs && d.stored < len(d.buf) && len(d.buf) >= d.orig &&
 			nd < maxDeltas && len(d.buf)-d.stored < int(s.cs)/2 {
+			delta[i] = true
+			continue
+		}
+		if len(d.buf) == 0 {
+			continue
+		}
+		if len(cs) == 1 {
+			encs[i], errs[i] = s.fs.codec.Encode(nil, d.buf)
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			encs[i], errs[i] = s.fs.codec.Encode(nil, d.buf)
+			<-sem
+		}()
+	}
+	wg.Wait()
+	for i, c := range cs {
+		if errs[i] != nil {
+			return fmt.Errorf("codec: encoding chunk %d of %s: %w", c, s.path, errs[i])
+		}
+	}
+	for i, c := range cs {
+		d := s.dirty[c]
+		r := rec{codec: s.fs.kind.ID, shift: s.shift, salt: s.salt, gen: s.nextGen, arg: uint64(c)}
+		s.nextGen++
+		off := s.logEnd + int64(len(out))
+		if delta[i] {
 			// Fast tail: the new bytes, unencoded.
 			r.typ, r.aux, r.decLen, r.codec = recDelta, uint32(d.stored), uint32(len(d.buf)-d.stored), 0
 			out = appendRecord(out, r, d.buf[d.stored:])
 		} else {
 			r.typ, r.decLen = recChunk, uint32(len(d.buf))
-			var enc []byte
-			if len(d.buf) > 0 {
-				var err error
-				enc, err = s.fs.codec.Encode(nil, d.buf)
-				if err != nil {
-					return fmt.Errorf("codec: encoding chunk %d of %s: %w", c, s.path, err)
-				}
-				if s.fs.kind.Shrinks && len(enc) >= len(d.buf) {
-					enc, r.flags = d.buf, flagRaw
-				}
+			enc := encs[i]
+			if s.fs.kind.Shrinks && len(enc) >= len(d.buf) {
+				enc, r.flags = d.buf, flagRaw
 			}
 			out = appendRecord(out, r, enc)
 		}
