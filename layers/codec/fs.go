@@ -45,7 +45,13 @@ type FS struct {
 
 	mu     sync.Mutex
 	states map[uint64]*state // by lower inode number
+	// idle are states without handles, kept loaded (the most recent last)
+	// so that opening a file again costs no index load and no decoding.
+	idle []*state
 }
+
+// maxIdle is the number of closed files whose state is kept.
+const maxIdle = 32
 
 // New stacks the codec called name ("copy", "gzip", ...) over lower.
 func New(lower layer.FS, name string, o Options) (*FS, error) {
@@ -126,6 +132,7 @@ func (fs *FS) acquire(ctx context.Context, path string, lf layer.File, ro bool) 
 	fs.mu.Lock()
 	if st := fs.states[a.Ino]; st != nil {
 		st.refs++
+		fs.unidle(st)
 		fs.mu.Unlock()
 		st.mu.Lock()
 		failed, stro := st.chunks == nil, st.ro
@@ -177,6 +184,23 @@ func (fs *FS) put(ctx context.Context, st *state) error {
 	st.mu.Unlock()
 	fs.mu.Lock()
 	if st.refs == 0 && !st.removed {
+		if err == nil && st.chunks != nil {
+			st.idle = true
+			fs.idle = append(fs.idle, st)
+			var evict []*state
+			for len(fs.idle) > maxIdle {
+				old := fs.idle[0]
+				fs.idle = fs.idle[1:]
+				old.idle, old.removed = false, true
+				delete(fs.states, old.ino)
+				evict = append(evict, old)
+			}
+			fs.mu.Unlock()
+			for _, old := range evict {
+				old.lower.Release(ctx)
+			}
+			return nil
+		}
 		st.removed = true
 		delete(fs.states, st.ino)
 		fs.mu.Unlock()
@@ -187,6 +211,74 @@ func (fs *FS) put(ctx context.Context, st *state) error {
 	}
 	fs.mu.Unlock()
 	return err
+}
+
+// unidle takes st off the idle list; fs.mu is held.
+func (fs *FS) unidle(st *state) {
+	if !st.idle {
+		return
+	}
+	st.idle = false
+	for i, x := range fs.idle {
+		if x == st {
+			fs.idle = append(fs.idle[:i], fs.idle[i+1:]...)
+			break
+		}
+	}
+}
+
+// dropIdle forgets the idle state of inode ino (its last name is gone: the
+// lower file must not be kept open).
+func (fs *FS) dropIdle(ctx context.Context, ino uint64) {
+	fs.mu.Lock()
+	st := fs.states[ino]
+	if st == nil || !st.idle {
+		fs.mu.Unlock()
+		return
+	}
+	fs.unidle(st)
+	st.removed = true
+	delete(fs.states, ino)
+	fs.mu.Unlock()
+	st.lower.Release(ctx)
+}
+
+func (fs *FS) Unlink(ctx context.Context, path string) error {
+	a, aerr := fs.Lower.Getattr(ctx, path)
+	if err := fs.Lower.Unlink(ctx, path); err != nil {
+		return err
+	}
+	if aerr == nil && a.IsRegular() && a.Nlink <= 1 {
+		fs.dropIdle(ctx, a.Ino)
+	}
+	return nil
+}
+
+func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32) error {
+	a, aerr := fs.Lower.Getattr(ctx, newpath)
+	if err := fs.Lower.Rename(ctx, oldpath, newpath, flags); err != nil {
+		return err
+	}
+	if aerr == nil && a.IsRegular() && a.Nlink <= 1 && flags&unix.RENAME_EXCHANGE == 0 {
+		fs.dropIdle(ctx, a.Ino)
+	}
+	return nil
+}
+
+// Close releases the files kept open for closed handles.
+func (fs *FS) Close() error {
+	fs.mu.Lock()
+	idle := fs.idle
+	fs.idle = nil
+	for _, st := range idle {
+		st.idle, st.removed = false, true
+		delete(fs.states, st.ino)
+	}
+	fs.mu.Unlock()
+	for _, st := range idle {
+		st.lower.Release(context.Background())
+	}
+	return nil
 }
 
 // openLower opens path's lower file read-write when it can.
@@ -387,6 +479,3 @@ func (fs *FS) Create(ctx context.Context, path string, flags int, mode uint32) (
 	}
 	return f, a, nil
 }
-
-// Close writes nothing: every file was written at its last release.
-func (fs *FS) Close() error { return nil }

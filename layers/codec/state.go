@@ -27,6 +27,7 @@ type state struct {
 
 	refs    int  // open handles; guarded by fs.mu
 	removed bool // out of fs.states; guarded by fs.mu
+	idle    bool // on fs.idle; guarded by fs.mu
 
 	mu    sync.Mutex
 	path  string // for log lines
