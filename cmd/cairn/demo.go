@@ -61,6 +61,14 @@ func runDemo(args []string) int {
 	b, _ := os.ReadFile(spec)
 	fmt.Print(string(b))
 
+	step("cairn explain %s", spec)
+	if out, err := exec.Command(exe, "explain", spec).CombinedOutput(); err != nil {
+		fmt.Print(string(out))
+		return fail(fmt.Errorf("demo spec: %v", err), exitSpec)
+	} else {
+		fmt.Print(string(out))
+	}
+
 	step("cairn mount %s %s", spec, mnt)
 	if out, err := exec.Command(exe, "mount", spec, mnt).CombinedOutput(); err != nil {
 		fmt.Print(string(out))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -104,7 +105,13 @@ Flags:
 
 	readyFd := os.Getenv(daemonEnv)
 	if !m.foreground && readyFd == "" {
-		return daemonize(args)
+		// Secrets (passphrases) are asked for here, on the terminal,
+		// and go to the background process over a pipe.
+		secrets, err := layerSecrets(s)
+		if err != nil {
+			return fail(err, exitFailed)
+		}
+		return daemonize(args, secrets)
 	}
 
 	logger, closeLog, err := newLogger(m, level, readyFd != "" && !m.foreground)
@@ -127,6 +134,19 @@ Flags:
 		}
 	}
 
+	var secrets map[string][]byte
+	if fd := os.Getenv(secretEnv); readyFd != "" && fd != "" {
+		secrets, err = receiveSecrets()
+	} else {
+		secrets, err = layerSecrets(s)
+	}
+	if err != nil {
+		report("spec: " + err.Error())
+		return fail(err, exitFailed)
+	}
+	for name, b := range secrets {
+		s.Layers[name].Values[registry.SecretKey] = b
+	}
 	stack, err := s.Build()
 	if err != nil {
 		report("spec: " + err.Error())
@@ -282,9 +302,42 @@ func newLogger(m mountFlags, level slog.Level, daemon bool) (*slog.Logger, func(
 	return slog.New(slog.NewTextHandler(os.Stderr, hopts)), func() {}, nil
 }
 
+// secretEnv tells the background process of `cairn mount` that the secrets
+// of its layers arrive on descriptor 4 (JSON: layer name -> bytes).
+const secretEnv = "CAIRN_DAEMON_SECRET_FD"
+
+// layerSecrets calls the Secret hook of every layer type that has one (see
+// registry.Type.Secret); it may ask on the terminal.
+func layerSecrets(s *spec.Spec) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for _, name := range s.Order {
+		l := s.Layers[name]
+		if t := l.TypeInfo(); t != nil && t.Secret != nil && l.Values != nil {
+			b, err := t.Secret(l.Values)
+			if err != nil {
+				return nil, fmt.Errorf("layer %q: %w", name, err)
+			}
+			out[name] = b
+		}
+	}
+	return out, nil
+}
+
+// receiveSecrets reads what the foreground process sent.
+func receiveSecrets() (map[string][]byte, error) {
+	f := os.NewFile(4, "secrets")
+	defer f.Close()
+	os.Unsetenv(secretEnv)
+	var m map[string][]byte
+	if err := json.NewDecoder(f).Decode(&m); err != nil {
+		return nil, fmt.Errorf("cannot read the secrets from the foreground process: %v", err)
+	}
+	return m, nil
+}
+
 // daemonize starts this command again in the background and waits until it
 // reports that the mount is ready (or why it is not).
-func daemonize(args []string) int {
+func daemonize(args []string, secrets map[string][]byte) int {
 	exe, err := os.Executable()
 	if err != nil {
 		return fail(err, exitFailed)
@@ -301,11 +354,26 @@ func daemonize(args []string) int {
 	cmd.Env = append(os.Environ(), daemonEnv+"=3")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, devnull, devnull
 	cmd.ExtraFiles = []*os.File{w}
+	var sw *os.File
+	if len(secrets) > 0 {
+		sr, w2, err := os.Pipe()
+		if err != nil {
+			return fail(err, exitFailed)
+		}
+		defer sr.Close()
+		sw = w2
+		cmd.ExtraFiles = append(cmd.ExtraFiles, sr)
+		cmd.Env = append(cmd.Env, secretEnv+"=4")
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return fail(fmt.Errorf("cannot start the background process: %w", err), exitFailed)
 	}
 	w.Close()
+	if sw != nil {
+		json.NewEncoder(sw).Encode(secrets)
+		sw.Close()
+	}
 	devnull.Close()
 	line, err := bufio.NewReader(r).ReadString('\n')
 	line = strings.TrimSpace(line)

@@ -29,6 +29,7 @@ package acl
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"syscall"
 
@@ -88,7 +89,13 @@ func (fs *FS) Before(ctx context.Context, op *layer.Op) error {
 		classes = Delete
 	case "setattr", "fsetattr":
 		classes = setattrClasses(op.Set)
-	case "getxattr", "listxattr", "setxattr", "removexattr":
+	case "getxattr":
+		// ls -l and the kernel ask for ACLs and security labels as they
+		// ask for attributes: reading those is not policed.
+		if !strings.HasPrefix(op.Path2, "system.") && !strings.HasPrefix(op.Path2, "security.") {
+			classes = Xattr
+		}
+	case "listxattr", "setxattr", "removexattr":
 		classes = Xattr
 	case "link":
 		if err := fs.check(rs, c, op, Create, op.Path2); err != nil {

@@ -117,6 +117,7 @@ func TestRulesThroughMount(t *testing.T) {
 		{bob, "setfattr -n user.x -v 1 pub/x", false, "Permission denied"},
 		{alice, "setfattr -n user.x -v 1 pub/x && getfattr -n user.x pub/x", true, "user.x"},
 		{bob, "getfattr -n user.x pub/x", false, "Permission denied"},
+		{bob, "ls -l pub/x", true, "pub/x"}, // ls reads ACLs and labels: not refused
 	}
 	for _, s := range steps {
 		out, err := s.who.Sh(t, m.Dir, s.script)

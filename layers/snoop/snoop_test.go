@@ -348,3 +348,34 @@ path = "`+lower+`"
 		t.Fatalf("rotated log %+v, new log %+v", old, cur)
 	}
 }
+
+// TestStdout: output = "stdout" writes the records on the daemon's standard
+// output (with cairn mount -f).
+func TestStdout(t *testing.T) {
+	lower := t.TempDir()
+	p := mounttest.MountSpec(t, `mount = "snoop"
+[layer.snoop]
+type = "snoop"
+over = "base"
+output = "stdout"
+ops = ["mkdir"]
+[layer.base]
+type = "local"
+path = "`+lower+`"
+`)
+	if err := os.Mkdir(p.Path("seen"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p.Unmount()
+	out, _ := os.ReadFile(p.Log)
+	found := false
+	for _, line := range strings.Split(string(out), "\n") {
+		var r snoop.Record
+		if json.Unmarshal([]byte(line), &r) == nil && r.Op == "mkdir" && r.Path == "seen" && r.Result == "ok" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no mkdir record on standard output:\n%s", out)
+	}
+}
