@@ -180,6 +180,13 @@ func (fs *FS) put(ctx context.Context, st *state) error {
 	st.mu.Lock()
 	if st.chunks != nil {
 		err = st.sync(ctx, false, true)
+		// An idle file keeps only its last chunk decoded (an append's).
+		last := (st.size - 1) / st.cs
+		for c := range st.cache {
+			if c != last {
+				delete(st.cache, c)
+			}
+		}
 	}
 	st.mu.Unlock()
 	fs.mu.Lock()
