@@ -169,3 +169,50 @@ func TestCrash(t *testing.T) {
 		})
 	}
 }
+
+// TestFsckCommand: `cairn fsck` reports a lost index (exit 1), --repair
+// rebuilds it (exit 0), and a flipped bit stays reported as damage.
+func TestFsckCommand(t *testing.T) {
+	lower := t.TempDir()
+	fs := newStackAt(t, lower, "gzip", Options{ChunkSize: 4096, FastTails: true})
+	if err := os.Mkdir(filepath.Join(lower, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeSample(t, fs, "d/f", 3)
+	fs.Close()
+	spec := filepath.Join(t.TempDir(), "s.toml")
+	os.WriteFile(spec, []byte(fmt.Sprintf("mount = \"top\"\n[layer.base]\ntype = \"local\"\npath = %q\n[layer.top]\ntype = \"gzip\"\nover = \"base\"\n", lower)), 0o644)
+	bin := mounttest.Binary(t)
+	fsck := func(args ...string) (string, int) {
+		out, err := exec.Command(bin, append([]string{"fsck"}, append(args, spec)...)...).CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), code
+	}
+	if out, code := fsck(); code != 0 {
+		t.Fatalf("fsck of a good stack: exit %d\n%s", code, out)
+	}
+	p := filepath.Join(lower, "d/f")
+	raw, _ := os.ReadFile(p)
+	clear(raw[:headerSize])
+	os.WriteFile(p, raw, 0o644)
+	if out, code := fsck(); code != 1 || !bytes.Contains([]byte(out), []byte("header unreadable")) {
+		t.Fatalf("fsck of a lost header: exit %d\n%s", code, out)
+	}
+	if out, code := fsck("--repair"); code != 0 || !bytes.Contains([]byte(out), []byte("repaired")) {
+		t.Fatalf("fsck --repair: exit %d\n%s", code, out)
+	}
+	if out, code := fsck("-q"); code != 0 || bytes.Contains([]byte(out), []byte("problem:")) {
+		t.Fatalf("fsck after repair: exit %d\n%s", code, out)
+	}
+	raw, _ = os.ReadFile(p)
+	raw[headerSize+recHdrSize+5] ^= 4 // the first record's payload
+	os.WriteFile(p, raw, 0o644)
+	if out, code := fsck("--repair"); code != 1 || !bytes.Contains([]byte(out), []byte("damaged chunks")) {
+		t.Fatalf("fsck of a flipped bit: exit %d\n%s", code, out)
+	}
+}
