@@ -109,6 +109,8 @@ func TestCrash(t *testing.T) {
 				}
 				// An unsynced phase of writes only, killed at a random moment.
 				done := make(chan struct{})
+				wait := time.Duration(5+r.IntN(200)) * time.Millisecond
+				r := rand.New(rand.NewPCG(r.Uint64(), 2)) // the writer's own
 				go func() {
 					defer close(done)
 					for op := 0; ; op++ {
@@ -130,7 +132,7 @@ func TestCrash(t *testing.T) {
 						}
 					}
 				}()
-				time.Sleep(time.Duration(5+r.IntN(200)) * time.Millisecond)
+				time.Sleep(wait)
 				p.Kill()
 				<-done
 				for _, fd := range fds {
