@@ -273,3 +273,24 @@ func waitLog(t *testing.T, path, what string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestFixedRulesStay: with reload = false, SIGHUP leaves the rules alone
+// (and says so in the log).
+func TestFixedRulesStay(t *testing.T) {
+	mounttest.NeedRoot(t)
+	lower := t.TempDir()
+	os.Chmod(lower, 0o777)
+	os.WriteFile(filepath.Join(lower, "f"), []byte("x"), 0o644)
+	spec := func(action string) string {
+		return "mount = \"acl\"\n[layer.acl]\ntype = \"acl\"\nover = \"base\"\n" +
+			"[[rule]]\nlayer = \"acl\"\nmatch = \"f\"\nops = [\"read\"]\naction = \"" + action + "\"\n" +
+			"[layer.base]\ntype = \"local\"\npath = \"" + lower + "\"\n"
+	}
+	p := mounttest.MountSpec(t, spec("allow"))
+	os.WriteFile(filepath.Join(filepath.Dir(p.Dir), "spec.toml"), []byte(spec("deny")), 0o644)
+	p.Cmd.Process.Signal(syscall.SIGHUP)
+	waitLog(t, p.Log, "rules not reloaded")
+	if out, err := bob.Sh(t, p.Dir, "cat f"); err != nil || out != "x" {
+		t.Fatalf("bob after a refused reload: %q, %v", out, err)
+	}
+}
