@@ -99,7 +99,7 @@ TOML
 up() {
 	case $1 in
 	null|crypt) "$CAIRN" mount "$W/$1.toml" "$MNT" ;;
-	gocryptfs) gocryptfs -q -passfile "$W/pass" "$W/lower" "$MNT" ;;
+	gocryptfs) gocryptfs -q -passfile "$W/pass" "$W/lower" "$MNT" 2> /dev/null ;;
 	esac
 }
 down() {

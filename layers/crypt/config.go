@@ -263,7 +263,7 @@ func Init(ctx context.Context, lower layer.FS, p InitParams, pass []byte) ([]byt
 	}
 	iv := make([]byte, dirIVSize)
 	rand.Read(iv)
-	if err := writeNew(ctx, lower, dirIVName, ivFile(subkey(master, "diriv", 32), iv), 0o444); err != nil {
+	if err := writeNew(ctx, lower, dirIVName, ivFile(subkey(master, "diriv", 32), iv), 0o444, true); err != nil {
 		return nil, err
 	}
 	if err := writeConfig(ctx, lower, c); err != nil {
@@ -330,7 +330,7 @@ func writeConfig(ctx context.Context, lower layer.FS, c *Config) error {
 	data = append(data, '\n')
 	tmp := ConfigName + ".new"
 	lower.Unlink(ctx, tmp)
-	if err := writeNew(ctx, lower, tmp, data, 0o400); err != nil {
+	if err := writeNew(ctx, lower, tmp, data, 0o400, true); err != nil {
 		return err
 	}
 	if err := lower.Rename(ctx, tmp, ConfigName, 0); err != nil {
@@ -340,14 +340,15 @@ func writeConfig(ctx context.Context, lower layer.FS, c *Config) error {
 	return nil
 }
 
-// writeNew creates a file that must not exist, writes data and syncs it.
-func writeNew(ctx context.Context, fs layer.FS, path string, data []byte, mode uint32) error {
+// writeNew creates a file that must not exist, writes data and, with
+// sync, makes it durable.
+func writeNew(ctx context.Context, fs layer.FS, path string, data []byte, mode uint32, sync bool) error {
 	f, _, err := fs.Create(ctx, path, unix.O_WRONLY|unix.O_EXCL, mode)
 	if err != nil {
 		return fmt.Errorf("cannot create %s: %w", where(fs, path), err)
 	}
 	_, err = f.WriteAt(ctx, data, 0)
-	if err == nil {
+	if err == nil && sync {
 		err = f.Fsync(ctx, false)
 	}
 	if rerr := f.Release(ctx); err == nil {

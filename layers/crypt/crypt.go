@@ -184,9 +184,37 @@ func (fs *FS) readIV(ctx context.Context, path, lower string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if n == 0 {
+		return fs.repairIV(ctx, path, lower)
+	}
 	iv, ok := checkIV(fs.ivKey, b[:n])
 	if !ok {
 		return nil, corruptf("/"+path, "the directory's IV (%s) does not authenticate", layer.Join(lower, dirIVName))
+	}
+	return iv, nil
+}
+
+// repairIV gives a new IV to a directory whose IV file is empty, as a crash
+// right after its mkdir can leave it, if the directory holds nothing else
+// (no name depends on the lost IV).
+func (fs *FS) repairIV(ctx context.Context, path, lower string) ([]byte, error) {
+	ents, err := fs.Lower.ReadDir(ctx, lower, false)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		if e.Name != dirIVName {
+			return nil, corruptf("/"+path, "the directory's IV (%s) is empty", layer.Join(lower, dirIVName))
+		}
+	}
+	iv := make([]byte, dirIVSize)
+	io.ReadFull(fs.rand, iv)
+	p := layer.Join(lower, dirIVName)
+	if err := fs.Lower.Unlink(ctx, p); err != nil {
+		return nil, err
+	}
+	if err := writeNew(ctx, fs.Lower, p, ivFile(fs.ivKey, iv), 0o444, true); err != nil {
+		return nil, err
 	}
 	return iv, nil
 }
@@ -399,7 +427,9 @@ func (fs *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, 
 	}
 	iv := make([]byte, dirIVSize)
 	io.ReadFull(fs.rand, iv)
-	if err := writeNew(ctx, fs.Lower, layer.Join(lp, dirIVName), ivFile(fs.ivKey, iv), 0o444); err != nil {
+	// Not synced (an fsync per mkdir would cost more than the rest of
+	// it): readIV repairs the empty IV file a crash can leave.
+	if err := writeNew(ctx, fs.Lower, layer.Join(lp, dirIVName), ivFile(fs.ivKey, iv), 0o444, false); err != nil {
 		fs.Lower.Rmdir(ctx, lp)
 		fs.dropLong(ctx, lp, long)
 		return layer.Attr{}, err
@@ -443,7 +473,7 @@ func (fs *FS) Rmdir(ctx context.Context, path string) error {
 	}
 	if err := fs.Lower.Rmdir(ctx, lp); err != nil {
 		if iv != nil {
-			writeNew(ctx, fs.Lower, ivPath, ivFile(fs.ivKey, iv), 0o444)
+			writeNew(ctx, fs.Lower, ivPath, ivFile(fs.ivKey, iv), 0o444, false)
 		}
 		return err
 	}

@@ -3,6 +3,7 @@ package crypt
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -102,4 +103,48 @@ func openLocal(t testing.TB, dir string) (*local.FS, error) {
 		t.Cleanup(func() { l.Close() })
 	}
 	return l, err
+}
+
+// TestChangePassphraseInProcess: a new passphrase (and KDF) opens the same
+// data; the old one does not; the master key still does.
+func TestChangePassphraseInProcess(t *testing.T) {
+	dir, master := newVolume(t, InitParams{KDF: KDF{Name: Argon2id, Time: 1, MemoryKiB: 64, Threads: 1}})
+	ctx := context.Background()
+	if err := layer.WriteFile(ctx, open(t, dir), "f", []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := openLocal(t, dir)
+	before, _ := os.ReadFile(filepath.Join(dir, ConfigName))
+	if err := ChangePassphrase(ctx, l, []byte("wrong"), nil, []byte("new"), fastKDF); err != ErrWrongPassphrase {
+		t.Fatalf("with a wrong old passphrase: %v", err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(dir, ConfigName)); !bytes.Equal(before, after) {
+		t.Fatal("a failed change changed the configuration")
+	}
+	if err := ChangePassphrase(ctx, l, testPass, nil, []byte("new"), fastKDF); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Unlock(ctx, l, testPass, false, Options{}); !errors.Is(err, ErrWrongPassphrase) {
+		t.Fatalf("old passphrase: %v", err)
+	}
+	fs, err := Unlock(ctx, l, []byte("new"), false, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := layer.ReadFile(ctx, fs, "f"); err != nil || string(b) != "data" {
+		t.Fatalf("after the change: %q %v", b, err)
+	}
+	if _, err := Unlock(ctx, l, []byte(FormatMasterKey(master)), true, Options{}); err != nil {
+		t.Fatalf("master key: %v", err)
+	}
+	cfg, _ := ReadConfig(ctx, l)
+	if cfg.KDF.Name != Scrypt {
+		t.Fatalf("KDF is %s", cfg.KDF.Name)
+	}
+	// A damaged configuration says so, naming the file.
+	os.Chmod(filepath.Join(dir, ConfigName), 0o600)
+	os.WriteFile(filepath.Join(dir, ConfigName), []byte("{not json"), 0o600)
+	if _, err := ReadConfig(ctx, l); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, ConfigName)) {
+		t.Fatalf("damaged configuration: %v", err)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -69,6 +70,7 @@ type file struct {
 	st     *fileState
 	path   string // plaintext, at open, for error messages
 	append bool
+	seq    atomic.Bool // the lower was told that reads are sequential
 }
 
 var _ layer.File = (*file)(nil)
@@ -119,7 +121,10 @@ func (fs *FS) newFile(ctx context.Context, path string, lf layer.File, a *layer.
 	}
 	f := &file{fs: fs, lower: lf, st: fs.state(a.Ino), path: path, append: flags&unix.O_APPEND != 0}
 	if flags&unix.O_TRUNC != 0 && flags&unix.O_ACCMODE != unix.O_RDONLY && a.IsRegular() {
-		if err := f.truncate(ctx, 0); err != nil {
+		f.st.mu.Lock()
+		err := f.truncate(ctx, 0)
+		f.st.mu.Unlock()
+		if err != nil {
 			f.Release(ctx)
 			return nil, err
 		}
@@ -239,6 +244,11 @@ func (f *file) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	bp := getBuf(clen)
 	defer putBuf(bp)
 	buf := *bp
+	if len(p) >= readaheadMin && !f.seq.Swap(true) {
+		if fd, ok := f.lower.PassthroughFd(); ok {
+			unix.Fadvise(fd, 0, 0, unix.FADV_SEQUENTIAL)
+		}
+	}
 	n, err := readFull(ctx, f.lower, buf, cstart)
 	if err != nil {
 		return 0, err
@@ -358,6 +368,11 @@ func parallel(n int, fn func(i int) error) error {
 	}
 	return nil
 }
+
+// readaheadMin is the size of read that looks like streaming: the lower
+// file is then told that reads are sequential (a larger readahead window),
+// so that reading ciphertext from the disk overlaps decrypting it.
+const readaheadMin = 128 << 10
 
 func (f *file) blockError(blk int64, last bool) error {
 	if last {

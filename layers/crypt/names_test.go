@@ -252,3 +252,55 @@ func TestSharedState(t *testing.T) {
 		t.Fatalf("%d file states left after the last close", len(fs.files))
 	}
 }
+
+// TestEmptyIVRepaired: the empty IV file a crash after mkdir can leave is
+// replaced when the directory is otherwise empty, and is an error when it
+// is not.
+func TestEmptyIVRepaired(t *testing.T) {
+	lower, fs := stack(t)
+	ctx := context.Background()
+	fs.Mkdir(ctx, "empty", 0o755)
+	fs.Mkdir(ctx, "full", 0o755)
+	layer.WriteFile(ctx, fs, "full/f", []byte("x"), 0o644)
+	for _, d := range []string{"empty", "full"} {
+		lp, _ := fs.lowerPath(ctx, d)
+		if err := os.Truncate(filepath.Join(lower, lp, dirIVName), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fs2 := open(t, lower)
+	if err := layer.WriteFile(ctx, fs2, "empty/new", []byte("y"), 0o644); err != nil {
+		t.Fatalf("repaired directory: %v", err)
+	}
+	if b, err := layer.ReadFile(ctx, open(t, lower), "empty/new"); err != nil || string(b) != "y" {
+		t.Fatalf("after repair: %q %v", b, err)
+	}
+	if _, err := fs2.ReadDir(ctx, "full", false); !IsCorrupt(err) {
+		t.Fatalf("non-empty directory with an empty IV: %v", err)
+	}
+}
+
+// TestTruncatingOpens: O_TRUNC opens race with reads and writes of other
+// handles of the file without breaking it.
+func TestTruncatingOpens(t *testing.T) {
+	_, fs := stack(t)
+	ctx := context.Background()
+	layer.WriteFile(ctx, fs, "t", bytes.Repeat([]byte("x"), 10000), 0o644)
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < 30; i++ {
+				if w%2 == 0 {
+					if err := layer.WriteFile(ctx, fs, "t", bytes.Repeat([]byte("y"), 5000+i), 0o644); err != nil {
+						t.Error(err)
+					}
+				} else if b, err := layer.ReadFile(ctx, fs, "t"); err != nil || bytes.Trim(b, "xy") != nil && len(bytes.Trim(b, "xy")) > 0 {
+					t.Errorf("read %d bytes: %v", len(b), err)
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+}
