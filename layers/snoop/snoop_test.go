@@ -379,3 +379,23 @@ path = "`+lower+`"
 		t.Fatalf("no mkdir record on standard output:\n%s", out)
 	}
 }
+
+// TestSyslog: records go to syslog when there is one; without one, the
+// layer says so instead of dropping everything.
+func TestSyslog(t *testing.T) {
+	fs, err := snoop.New(layer.FS(nil), snoop.Options{Output: "syslog"})
+	if _, statErr := os.Stat("/dev/log"); statErr != nil {
+		if err == nil || !strings.Contains(err.Error(), "syslog") {
+			t.Fatalf("no syslog here, and New says %v", err)
+		}
+		t.Logf("without syslog: %v", err)
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.After(context.Background(), &layer.Op{Name: "getattr", Start: time.Now()})
+	if err := fs.Close(); err != nil || fs.Dropped() != 0 {
+		t.Fatalf("close: %v, dropped %d", err, fs.Dropped())
+	}
+}
