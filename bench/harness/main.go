@@ -310,26 +310,39 @@ func cmdRun(args []string) int {
 		meta.Mode, len(cfgs), names(cfgs), len(ws), resPath)
 
 	for wi, w := range ws {
-		for ci, c := range cfgs {
-			b.step = fmt.Sprintf("[%d/%d %s] [%d/%d %s]", wi+1, len(ws), w.Name, ci+1, len(cfgs), c.Name)
-			if b.done[w.Name+"/"+c.Name] {
-				b.progress("already measured (--resume)")
-				continue
-			}
-			if c.Failed != "" {
-				b.record(Record{Workload: w.Name, Config: c.Name, Metric: "setup", Error: c.Failed})
-				b.progress("skipped: %s", c.Failed)
-				continue
-			}
-			t0 := time.Now()
-			b.record(Record{Workload: w.Name, Config: c.Name, Metric: "_load", Value: loadAvg(), Unit: "load"})
-			err := runLimited(b, w, c)
-			b.record(Record{Workload: w.Name, Config: c.Name, Metric: "_load", Value: loadAvg(), Unit: "load"})
-			if err != nil {
-				b.record(Record{Workload: w.Name, Config: c.Name, Metric: "run", Error: err.Error()})
-				b.progress("FAILED: %v", err)
-			} else {
-				b.progress("done in %v", time.Since(t0).Round(100*time.Millisecond))
+		// The configurations take turns, run by run, so that a change in
+		// the machine's load spreads over all of them.
+		failed := map[string]bool{}
+		nr := b.runs(w.Runs)
+		for run := 1; run <= nr; run++ {
+			for ci, c := range cfgs {
+				b.step = fmt.Sprintf("[%d/%d %s run %d/%d] [%d/%d %s]", wi+1, len(ws), w.Name, run, nr, ci+1, len(cfgs), c.Name)
+				if b.done[w.Name+"/"+c.Name] {
+					if run == 1 {
+						b.progress("already measured (--resume)")
+					}
+					continue
+				}
+				if failed[c.Name] {
+					continue
+				}
+				if c.Failed != "" {
+					b.record(Record{Workload: w.Name, Config: c.Name, Metric: "setup", Error: c.Failed})
+					b.progress("skipped: %s", c.Failed)
+					failed[c.Name] = true
+					continue
+				}
+				t0 := time.Now()
+				b.record(Record{Workload: w.Name, Config: c.Name, Metric: "_load", Run: run, Value: loadAvg(), Unit: "load"})
+				err := runLimited(b, w, c, run)
+				b.record(Record{Workload: w.Name, Config: c.Name, Metric: "_load", Run: run, Value: loadAvg(), Unit: "load"})
+				if err != nil {
+					b.record(Record{Workload: w.Name, Config: c.Name, Metric: "run", Run: run, Error: err.Error()})
+					b.progress("FAILED: %v", err)
+					failed[c.Name] = true
+				} else {
+					b.progress("done in %v", time.Since(t0).Round(100*time.Millisecond))
+				}
 			}
 		}
 		// A report after each workload, so that partial results are usable.
@@ -346,13 +359,13 @@ func cmdRun(args []string) int {
 // runLimited runs one workload on one configuration with the time limit.
 // On a timeout it unmounts the instance so that the workload's goroutine
 // fails out, and moves on.
-func runLimited(b *Bench, w *Workload, c *Config) error {
+func runLimited(b *Bench, w *Workload, c *Config, run int) error {
 	done := make(chan error, 1)
 	var mu sync.Mutex
 	var inst *Instance
 	cctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
-	ctx := &Ctx{Bench: b, Cfg: c, ctx: cctx, onStart: func(i *Instance) {
+	ctx := &Ctx{Bench: b, Cfg: c, ctx: cctx, only: run, onStart: func(i *Instance) {
 		mu.Lock()
 		inst = i
 		mu.Unlock()
