@@ -604,10 +604,13 @@ func wCompile(c *Ctx) error {
 				steps = append(steps, []string{"configure", "./configure", "--quiet"}, []string{"make", "make", "-j2"})
 			}
 			top := i.Dir
+			var stepErr error
 			for _, s := range steps {
 				el, us, sy, err := c.timed(top, s[1:]...)
 				if err != nil {
-					return fmt.Errorf("%s: %v", s[0], err)
+					// The tree is still there: measure its attributes anyway.
+					stepErr = fmt.Errorf("%s: %v", s[0], err)
+					break
 				}
 				c.rec("compile", s[0], 0, run, el, "s")
 				c.rec("compile", s[0]+" (user)", 0, run, us, "s")
@@ -633,7 +636,7 @@ func wCompile(c *Ctx) error {
 				}
 				c.rec("attributes", m, 0, run, el, "s")
 			}
-			return nil
+			return stepErr
 		}()
 		if e := i.stop(); err == nil {
 			err = e
