@@ -20,9 +20,9 @@ command -v zstd >/dev/null || { apt-get install -y -qq zstd >/dev/null; }
 mk() { head -c $((SIZE << 20)) > "$W/$1"; }
 set +o pipefail
 yes a | tr -d '\n' | mk zeros
-{ while :; do cat /usr/share/common-licenses/* /usr/share/doc/*/copyright 2>/dev/null; done; } | mk text
-{ while :; do cat /usr/bin/* 2>/dev/null; done; } | mk binary
-head -c $((SIZE << 20)) /dev/urandom | mk compressed
+find /usr/local/go/src /usr/share/doc -type f \( -name '*.go' -o -name '*.txt' -o -name copyright \) -print0 2>/dev/null | xargs -0 cat 2>/dev/null | mk text
+find /usr/bin /usr/lib -type f -size +100k -print0 2>/dev/null | xargs -0 cat 2>/dev/null | mk binary
+find /usr/local/go/src /usr/share/doc -type f -print0 2>/dev/null | xargs -0 cat 2>/dev/null | xz -1 -T2 | mk compressed
 set -o pipefail
 
 spec() { # codec level

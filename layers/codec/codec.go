@@ -37,8 +37,10 @@ type Kind struct {
 	// default.
 	MinLevel, MaxLevel, DefaultLevel int
 	HasLevel                         bool
-	Summary                          string
-	New                              func(level int) (Codec, error)
+	// DefaultChunk is the default chunk size (0: DefaultChunkSize).
+	DefaultChunk int64
+	Summary      string
+	New          func(level int) (Codec, error)
 }
 
 var (

@@ -28,8 +28,8 @@ type Options struct {
 	salt       uint32 // tests: a fixed salt for known-answer files
 }
 
-// DefaultChunkSize is the chunk size of new files (see docs/codec-format.md
-// for the measurements behind it).
+// DefaultChunkSize is the chunk size of new files, for codecs that do not
+// say otherwise (see docs/codec-format.md for the measurements behind it).
 const DefaultChunkSize = 64 << 10
 
 // FS is a size-changing layer: one codec over the engine.
@@ -67,7 +67,7 @@ func New(lower layer.FS, name string, o Options) (*FS, error) {
 		return nil, fmt.Errorf("codec: unknown codec %q", name)
 	}
 	if o.ChunkSize == 0 {
-		o.ChunkSize = DefaultChunkSize
+		o.ChunkSize = k.chunk()
 	}
 	if o.ChunkSize < 1<<minShift || o.ChunkSize > 1<<maxShift || o.ChunkSize&(o.ChunkSize-1) != 0 {
 		return nil, fmt.Errorf("chunk_size must be a power of two from 4KiB to 1MiB, found %d", o.ChunkSize)
@@ -86,11 +86,18 @@ func New(lower layer.FS, name string, o Options) (*FS, error) {
 		fastTails: o.FastTails, compactMin: o.CompactMin, salt: o.salt, logger: o.Logger, states: map[uint64]*state{}}, nil
 }
 
+func (k *Kind) chunk() int64 {
+	if k.DefaultChunk != 0 {
+		return k.DefaultChunk
+	}
+	return DefaultChunkSize
+}
+
 // Register adds a codec and its layer type (type = NAME in a spec).
 func Register(k *Kind) {
 	addKind(k)
 	opts := []registry.Option{
-		{Name: "chunk_size", Kind: registry.Size, Default: int64(DefaultChunkSize),
+		{Name: "chunk_size", Kind: registry.Size, Default: k.chunk(),
 			Help: "size of the independently encoded chunks of new files: a power of two from 4KiB to 1MiB"},
 		{Name: "fast_tails", Kind: registry.Bool, Default: true,
 			Help: "keep small appends unencoded until their chunk fills"},

