@@ -97,7 +97,7 @@ one() {
 	local recs=- drops=-
 	if [ -f "$work/snoop.log" ]; then
 		recs=$(wc -l <"$work/snoop.log")
-		drops=$(grep '"op":"dropped"' "$work/snoop.log" | sed 's/.*"count":\([0-9]*\).*/\1/' | awk '{s+=$1} END {print s+0}')
+		drops=$({ grep '"op":"dropped"' "$work/snoop.log" || true; } | sed 's/.*"count":\([0-9]*\).*/\1/' | awk '{s+=$1} END {print s+0}')
 	fi
 	local el
 	el=$(echo "$t1 - $t0" | bc)

@@ -592,3 +592,17 @@ func TestLayerPanicIsEIO(t *testing.T) {
 		t.Fatal("the mount did not survive the panic")
 	}
 }
+
+func TestNoXattr(t *testing.T) {
+	lower := t.TempDir()
+	l, _ := local.New(lower)
+	defer l.Close()
+	m := mounttest.MountOpts(t, null.New(l), fusefs.Options{NoXattr: true})
+	mustWrite(t, m.Path("f"), "x")
+	if err := unix.Setxattr(m.Path("f"), "user.a", []byte("1"), 0); err != unix.EOPNOTSUPP {
+		t.Fatalf("setxattr with xattrs off: %v, want EOPNOTSUPP", err)
+	}
+	if mustRead(t, m.Path("f")) != "x" {
+		t.Fatal("read")
+	}
+}

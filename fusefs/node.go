@@ -220,7 +220,16 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if err != nil {
 		return nil, 0, n.st.errno("open", p, err)
 	}
-	return n.st.newFile(lf, p), 0, 0
+	return n.st.newFile(lf, p), n.st.openFlags(lf), 0
+}
+
+// openFlags keeps the kernel's page cache across opens of a file that says
+// it may (see layer.CacheKeeper).
+func (st *state) openFlags(f layer.File) uint32 {
+	if k, ok := f.(layer.CacheKeeper); ok && !st.passthrough && k.KeepCache() {
+		return fuse.FOPEN_KEEP_CACHE
+	}
+	return 0
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
@@ -232,7 +241,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if err != nil {
 		return nil, nil, 0, n.st.errno("create", p, err)
 	}
-	return n.newChild(ctx, &a, out), n.st.newFile(lf, p), 0, 0
+	return n.newChild(ctx, &a, out), n.st.newFile(lf, p), n.st.openFlags(lf), 0
 }
 
 // made finishes an operation that creates a directory entry.

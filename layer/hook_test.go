@@ -147,3 +147,24 @@ func TestHookedFollowsRenames(t *testing.T) {
 		t.Fatalf("after renames: %s", got)
 	}
 }
+
+func TestHookedCopyFileRange(t *testing.T) {
+	lower, r := newRecorder(t)
+	ctx := context.Background()
+	f, _, _ := r.Create(ctx, "a", unix.O_RDWR, 0o644)
+	g, _, _ := r.Create(ctx, "b", unix.O_RDWR, 0o644)
+	f.WriteAt(ctx, []byte("hello"), 0)
+	r.ops = nil
+	n, err := f.CopyFileRange(ctx, 0, g, 0, 5, 0)
+	if err != nil || n != 5 {
+		t.Fatalf("copy_file_range: %d, %v", n, err)
+	}
+	f.Release(ctx)
+	g.Release(ctx)
+	if b, _ := os.ReadFile(filepath.Join(lower, "b")); string(b) != "hello" {
+		t.Fatalf("lower b: %q", b)
+	}
+	if r.ops[0] != "copy_file_range:a>b" {
+		t.Fatalf("seen: %v", r.ops)
+	}
+}

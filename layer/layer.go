@@ -103,6 +103,17 @@ type File interface {
 	PassthroughFd() (int, bool)
 }
 
+// CacheKeeper is an optional interface of File. A file whose KeepCache
+// says true changes only through this stack (its layer keeps the state it
+// needs, such as the sizes and names a crypt layer caches, on that
+// assumption): when its data is not passed through, the frontend lets the
+// kernel keep the file's cached pages from one open to the next instead of
+// reading them again through the stack after every open. Changes made
+// through the mount keep the kernel's cache right by themselves.
+type CacheKeeper interface {
+	KeepCache() bool
+}
+
 // Changes says what a layer changes on its way down. The frontend uses it to
 // decide when kernel passthrough and caching are safe; `cairn explain`
 // prints it.

@@ -56,6 +56,12 @@ type Type struct {
 	// Rules, when not nil, says that the type takes per-path [[rule]]
 	// tables; they reach New in opts (see Values.Rules).
 	Rules *RuleSpec
+	// Secret, when not nil, obtains a secret the layer needs to be built
+	// (a passphrase), where a person can still be asked for it: cairn
+	// mount calls it in the foreground, before it goes to the background,
+	// and hands the result to New in opts (see Values.Secret), never
+	// through the command line or the environment.
+	Secret func(opts Values) ([]byte, error)
 }
 
 // RuleSpec describes the [[rule]] tables a layer type takes.
@@ -129,6 +135,16 @@ func (r Rules) All(path string) []Rule {
 		}
 	}
 	return out
+}
+
+// SecretKey is the key under which the result of Type.Secret arrives in
+// Values; it cannot be an option's name.
+const SecretKey = "\x00secret"
+
+// Secret returns what Type.Secret obtained (nil if it was not called).
+func (v Values) Secret() []byte {
+	b, _ := v[SecretKey].([]byte)
+	return b
 }
 
 // Rules returns the layer's [[rule]] tables (none if the spec has none).

@@ -101,6 +101,8 @@ func (s *Spec) mountOption(k string) string {
 	switch k {
 	case "allow_other":
 		return strconv.FormatBool(s.AllowOther)
+	case "xattr":
+		return strconv.FormatBool(!s.NoXattr)
 	case "entry_timeout":
 		return timeoutText(s.EntryTimeout)
 	case "attr_timeout":

@@ -38,6 +38,8 @@ func (s *Spec) Explain(w io.Writer) {
 			switch k {
 			case "allow_other":
 				v = "false"
+			case "xattr":
+				v = "true"
 			case "log_level":
 				v = `"info"`
 			default:

@@ -50,6 +50,7 @@ type Spec struct {
 	// Mount options. A zero timeout means the default (1s); a negative one,
 	// written "0s" in the spec, turns that cache off (as in fusefs.Options).
 	AllowOther      bool
+	NoXattr         bool // xattr = false: no extended attributes, fewer round trips
 	EntryTimeout    time.Duration
 	AttrTimeout     time.Duration
 	NegativeTimeout time.Duration
@@ -110,7 +111,7 @@ func (s *Spec) HasSecrets() bool {
 }
 
 // Mount option names, in the order they are documented.
-var mountOptions = []string{"allow_other", "entry_timeout", "attr_timeout", "negative_timeout", "log_level"}
+var mountOptions = []string{"allow_other", "xattr", "entry_timeout", "attr_timeout", "negative_timeout", "log_level"}
 
 var topKeys = append([]string{"mount", "layer", "rule"}, mountOptions...)
 
@@ -182,6 +183,13 @@ func (c *checker) spec(file string, root *table, partial bool) *Spec {
 				continue
 			}
 			s.AllowOther = v.b
+			s.Given = append(s.Given, k)
+		case "xattr":
+			if v.kind != vBool {
+				c.errorf(v.pos, "xattr must be true or false, found %s", v.describe())
+				continue
+			}
+			s.NoXattr = !v.b
 			s.Given = append(s.Given, k)
 		case "entry_timeout", "attr_timeout", "negative_timeout":
 			d, ok := c.duration(k, v)

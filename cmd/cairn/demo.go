@@ -30,7 +30,7 @@ func runDemo(args []string) int {
 		fmt.Fprintf(fl.Output(), "Usage: cairn demo [--keep] [DIR]\n\nMounts the embedded demo stack (a null layer over DIR/data, DIR defaults to a new\ntemporary directory) at DIR/mnt, writes and reads files through it, shows the\nlower directory, and unmounts.\n\nThe embedded spec:\n\n%s\n", demoSpec)
 		fl.PrintDefaults()
 	}
-	if err := fl.Parse(args); err != nil {
+	if err := parseFlags(fl, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
@@ -60,6 +60,14 @@ func runDemo(args []string) int {
 	step("cat %s", spec)
 	b, _ := os.ReadFile(spec)
 	fmt.Print(string(b))
+
+	step("cairn explain %s", spec)
+	if out, err := exec.Command(exe, "explain", spec).CombinedOutput(); err != nil {
+		fmt.Print(string(out))
+		return fail(fmt.Errorf("demo spec: %v", err), exitSpec)
+	} else {
+		fmt.Print(string(out))
+	}
 
 	step("cairn mount %s %s", spec, mnt)
 	if out, err := exec.Command(exe, "mount", spec, mnt).CombinedOutput(); err != nil {

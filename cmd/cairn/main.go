@@ -3,6 +3,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"sort"
@@ -131,4 +132,28 @@ func init() {
 		fmt.Println("cairn", Version)
 		return exitOK
 	}})
+}
+
+// parseFlags parses flags wherever they appear among the arguments
+// (`cairn explain SPEC --toml` as well as `cairn explain --toml SPEC`);
+// after "--" everything is positional. The positional arguments are left in
+// fl.Args().
+func parseFlags(fl *flag.FlagSet, args []string) error {
+	var pos []string
+	for {
+		if err := fl.Parse(args); err != nil {
+			return err
+		}
+		rest := fl.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	return fl.Parse(append([]string{"--"}, pos...))
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -139,5 +140,17 @@ func TestMountErrors(t *testing.T) {
 	}
 	if out, code := cairn(t, "--help"); code != 0 || !strings.Contains(out, "umount") || !strings.Contains(out, "Exit codes") {
 		t.Fatalf("help: %d %s", code, out)
+	}
+}
+
+func TestFlagsAnywhere(t *testing.T) {
+	fl := flag.NewFlagSet("x", flag.ContinueOnError)
+	a := fl.Bool("a", false, "")
+	s := fl.String("s", "", "")
+	if err := parseFlags(fl, []string{"one", "-a", "two", "-s", "v", "--", "-three"}); err != nil {
+		t.Fatal(err)
+	}
+	if !*a || *s != "v" || strings.Join(fl.Args(), " ") != "one two -three" {
+		t.Fatalf("a=%v s=%q args=%q", *a, *s, fl.Args())
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -38,6 +39,7 @@ type mountFlags struct {
 	allowOther    bool
 	debug         bool
 	noPassthrough bool
+	noXattr       bool
 	logLevel      string
 	logFile       string
 	entry, attr   time.Duration
@@ -51,6 +53,7 @@ func runMount(args []string) int {
 	fl.BoolVar(&m.allowOther, "allow-other", false, "let other users use the mount (the kernel checks permissions)")
 	fl.BoolVar(&m.debug, "debug", false, "log every FUSE request (very verbose)")
 	fl.BoolVar(&m.noPassthrough, "no-passthrough", false, "never hand files to the kernel (FUSE passthrough)")
+	fl.BoolVar(&m.noXattr, "no-xattr", false, "no extended attributes (fewer round trips; the spec's xattr = false)")
 	fl.StringVar(&m.logLevel, "log-level", "", "debug, info, warn or error (default: the spec's log_level, else info)")
 	fl.StringVar(&m.logFile, "log-file", "", "log to this file (JSON lines); default: standard error in the foreground, syslog in the background")
 	fl.DurationVar(&m.entry, "entry-timeout", 0, "kernel cache time of names (default: the spec's, else 1s)")
@@ -69,7 +72,7 @@ Flags:
 `)
 		fl.PrintDefaults()
 	}
-	if err := fl.Parse(args); err != nil {
+	if err := parseFlags(fl, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
@@ -102,7 +105,13 @@ Flags:
 
 	readyFd := os.Getenv(daemonEnv)
 	if !m.foreground && readyFd == "" {
-		return daemonize(args)
+		// Secrets (passphrases) are asked for here, on the terminal,
+		// and go to the background process over a pipe.
+		secrets, err := layerSecrets(s)
+		if err != nil {
+			return fail(err, exitFailed)
+		}
+		return daemonize(args, secrets)
 	}
 
 	logger, closeLog, err := newLogger(m, level, readyFd != "" && !m.foreground)
@@ -125,6 +134,19 @@ Flags:
 		}
 	}
 
+	var secrets map[string][]byte
+	if fd := os.Getenv(secretEnv); readyFd != "" && fd != "" {
+		secrets, err = receiveSecrets()
+	} else {
+		secrets, err = layerSecrets(s)
+	}
+	if err != nil {
+		report("spec: " + err.Error())
+		return fail(err, exitFailed)
+	}
+	for name, b := range secrets {
+		s.Layers[name].Values[registry.SecretKey] = b
+	}
 	stack, err := s.Build()
 	if err != nil {
 		report("spec: " + err.Error())
@@ -137,6 +159,7 @@ Flags:
 		AttrTimeout:     pick(m.attr, s.AttrTimeout),
 		NegativeTimeout: pick(m.negative, s.NegativeTimeout),
 		NoPassthrough:   m.noPassthrough,
+		NoXattr:         m.noXattr || s.NoXattr,
 		FsName:          "cairn:" + fsName(specArg, s),
 		Debug:           m.debug,
 		Logger:          logger,
@@ -279,9 +302,42 @@ func newLogger(m mountFlags, level slog.Level, daemon bool) (*slog.Logger, func(
 	return slog.New(slog.NewTextHandler(os.Stderr, hopts)), func() {}, nil
 }
 
+// secretEnv tells the background process of `cairn mount` that the secrets
+// of its layers arrive on descriptor 4 (JSON: layer name -> bytes).
+const secretEnv = "CAIRN_DAEMON_SECRET_FD"
+
+// layerSecrets calls the Secret hook of every layer type that has one (see
+// registry.Type.Secret); it may ask on the terminal.
+func layerSecrets(s *spec.Spec) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for _, name := range s.Order {
+		l := s.Layers[name]
+		if t := l.TypeInfo(); t != nil && t.Secret != nil && l.Values != nil {
+			b, err := t.Secret(l.Values)
+			if err != nil {
+				return nil, fmt.Errorf("layer %q: %w", name, err)
+			}
+			out[name] = b
+		}
+	}
+	return out, nil
+}
+
+// receiveSecrets reads what the foreground process sent.
+func receiveSecrets() (map[string][]byte, error) {
+	f := os.NewFile(4, "secrets")
+	defer f.Close()
+	os.Unsetenv(secretEnv)
+	var m map[string][]byte
+	if err := json.NewDecoder(f).Decode(&m); err != nil {
+		return nil, fmt.Errorf("cannot read the secrets from the foreground process: %v", err)
+	}
+	return m, nil
+}
+
 // daemonize starts this command again in the background and waits until it
 // reports that the mount is ready (or why it is not).
-func daemonize(args []string) int {
+func daemonize(args []string, secrets map[string][]byte) int {
 	exe, err := os.Executable()
 	if err != nil {
 		return fail(err, exitFailed)
@@ -298,11 +354,26 @@ func daemonize(args []string) int {
 	cmd.Env = append(os.Environ(), daemonEnv+"=3")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, devnull, devnull
 	cmd.ExtraFiles = []*os.File{w}
+	var sw *os.File
+	if len(secrets) > 0 {
+		sr, w2, err := os.Pipe()
+		if err != nil {
+			return fail(err, exitFailed)
+		}
+		defer sr.Close()
+		sw = w2
+		cmd.ExtraFiles = append(cmd.ExtraFiles, sr)
+		cmd.Env = append(cmd.Env, secretEnv+"=4")
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return fail(fmt.Errorf("cannot start the background process: %w", err), exitFailed)
 	}
 	w.Close()
+	if sw != nil {
+		json.NewEncoder(sw).Encode(secrets)
+		sw.Close()
+	}
 	devnull.Close()
 	line, err := bufio.NewReader(r).ReadString('\n')
 	line = strings.TrimSpace(line)
@@ -331,7 +402,7 @@ func runUmount(args []string) int {
 		fmt.Fprintf(fl.Output(), "Usage: cairn umount [-z] MOUNTPOINT\n\nUnmounts a cairn mount; its background process then exits.\n\nFlags:\n")
 		fl.PrintDefaults()
 	}
-	if err := fl.Parse(args); err != nil {
+	if err := parseFlags(fl, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}

@@ -31,8 +31,11 @@ func (u User) Command(name string, args ...string) *exec.Cmd {
 // error (an *exec.ExitError when the script failed).
 func (u User) Sh(t testing.TB, dir, script string) (string, error) {
 	t.Helper()
-	cmd := u.Command("sh", "-c", script)
-	cmd.Dir = dir
+	// The shell changes into dir itself: a chdir between fork and exec into
+	// a mount that this very process serves can hang (the child holds a
+	// copy of the FUSE descriptor and waits for its own parent).
+	cmd := u.Command("sh", "-c", `cd "$1" || exit 1; `+script, "sh", dir)
+	cmd.Dir = "/"
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }

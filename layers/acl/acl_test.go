@@ -117,6 +117,7 @@ func TestRulesThroughMount(t *testing.T) {
 		{bob, "setfattr -n user.x -v 1 pub/x", false, "Permission denied"},
 		{alice, "setfattr -n user.x -v 1 pub/x && getfattr -n user.x pub/x", true, "user.x"},
 		{bob, "getfattr -n user.x pub/x", false, "Permission denied"},
+		{bob, "ls -l pub/x", true, "pub/x"}, // ls reads ACLs and labels: not refused
 	}
 	for _, s := range steps {
 		out, err := s.who.Sh(t, m.Dir, s.script)
@@ -270,5 +271,26 @@ func waitLog(t *testing.T, path, what string) {
 			t.Fatalf("the daemon never logged %q:\n%s", what, b)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestFixedRulesStay: with reload = false, SIGHUP leaves the rules alone
+// (and says so in the log).
+func TestFixedRulesStay(t *testing.T) {
+	mounttest.NeedRoot(t)
+	lower := t.TempDir()
+	os.Chmod(lower, 0o777)
+	os.WriteFile(filepath.Join(lower, "f"), []byte("x"), 0o644)
+	spec := func(action string) string {
+		return "mount = \"acl\"\n[layer.acl]\ntype = \"acl\"\nover = \"base\"\n" +
+			"[[rule]]\nlayer = \"acl\"\nmatch = \"f\"\nops = [\"read\"]\naction = \"" + action + "\"\n" +
+			"[layer.base]\ntype = \"local\"\npath = \"" + lower + "\"\n"
+	}
+	p := mounttest.MountSpec(t, spec("allow"))
+	os.WriteFile(filepath.Join(filepath.Dir(p.Dir), "spec.toml"), []byte(spec("deny")), 0o644)
+	p.Cmd.Process.Signal(syscall.SIGHUP)
+	waitLog(t, p.Log, "rules not reloaded")
+	if out, err := bob.Sh(t, p.Dir, "cat f"); err != nil || out != "x" {
+		t.Fatalf("bob after a refused reload: %q, %v", out, err)
 	}
 }

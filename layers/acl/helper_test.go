@@ -30,10 +30,20 @@ func TestMain(m *testing.M) {
 		helper()
 		return
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if helperBin.path != "" {
+		os.RemoveAll(filepath.Dir(helperBin.path))
+	}
+	os.Exit(code)
 }
 
 func helper() {
+	// The helper changes into its directory itself, after exec: see
+	// startHelper.
+	if err := os.Chdir(os.Getenv(helperEnv)); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	var f *os.File
 	var mem []byte
 	in := bufio.NewScanner(os.Stdin)
@@ -112,8 +122,11 @@ type proc struct {
 
 func startHelper(t *testing.T, u mounttest.User, dir string) *proc {
 	cmd := u.Command(helperPath(t))
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), helperEnv+"=1")
+	// Not cmd.Dir: a chdir between fork and exec into a mount that this
+	// very process serves can hang (the child holds a copy of the FUSE
+	// descriptor and waits for its own parent). The helper chdirs itself.
+	cmd.Dir = "/"
+	cmd.Env = append(os.Environ(), helperEnv+"="+dir)
 	in, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr

@@ -4,6 +4,8 @@ package all
 
 import (
 	_ "cairn/layers/acl"
+	_ "cairn/layers/codec"
+	_ "cairn/layers/crypt"
 	_ "cairn/layers/local"
 	_ "cairn/layers/mux"
 	_ "cairn/layers/null"

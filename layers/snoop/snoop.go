@@ -14,6 +14,10 @@
 //
 // Its place in the stack is the user's choice: above a crypt layer it logs
 // plaintext names, below it the encrypted ones.
+//
+// Size (Go lines without tests, comments and blank lines): 169 for the file
+// system (snoop.go, record.go, register.go) and 175 for the log writer
+// (writer.go); docs/snoop-acl.md compares them with FiST's Snoopfs.
 package snoop
 
 import (

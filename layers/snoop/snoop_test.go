@@ -348,3 +348,54 @@ path = "`+lower+`"
 		t.Fatalf("rotated log %+v, new log %+v", old, cur)
 	}
 }
+
+// TestStdout: output = "stdout" writes the records on the daemon's standard
+// output (with cairn mount -f).
+func TestStdout(t *testing.T) {
+	lower := t.TempDir()
+	p := mounttest.MountSpec(t, `mount = "snoop"
+[layer.snoop]
+type = "snoop"
+over = "base"
+output = "stdout"
+ops = ["mkdir"]
+[layer.base]
+type = "local"
+path = "`+lower+`"
+`)
+	if err := os.Mkdir(p.Path("seen"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p.Unmount()
+	out, _ := os.ReadFile(p.Log)
+	found := false
+	for _, line := range strings.Split(string(out), "\n") {
+		var r snoop.Record
+		if json.Unmarshal([]byte(line), &r) == nil && r.Op == "mkdir" && r.Path == "seen" && r.Result == "ok" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no mkdir record on standard output:\n%s", out)
+	}
+}
+
+// TestSyslog: records go to syslog when there is one; without one, the
+// layer says so instead of dropping everything.
+func TestSyslog(t *testing.T) {
+	fs, err := snoop.New(layer.FS(nil), snoop.Options{Output: "syslog"})
+	if _, statErr := os.Stat("/dev/log"); statErr != nil {
+		if err == nil || !strings.Contains(err.Error(), "syslog") {
+			t.Fatalf("no syslog here, and New says %v", err)
+		}
+		t.Logf("without syslog: %v", err)
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.After(context.Background(), &layer.Op{Name: "getattr", Start: time.Now()})
+	if err := fs.Close(); err != nil || fs.Dropped() != 0 {
+		t.Fatalf("close: %v, dropped %d", err, fs.Dropped())
+	}
+}

@@ -13,6 +13,10 @@ import (
 	"time"
 )
 
+// batchEvery is how long records gather in the queue between two writes
+// of the log: a record reaches the file at most this late.
+const batchEvery = 20 * time.Millisecond
+
 // writer writes records from a bounded queue. put never waits: when the
 // queue is full the record is dropped and counted, and the count goes to
 // the log as a "dropped" record before the next one written.
@@ -83,25 +87,30 @@ func (w *writer) run() {
 	for {
 		select {
 		case r := <-w.q:
+			// Write what has gathered, then let the next records gather
+			// for a while: one write(2) and one wake-up per batch, not
+			// per record.
 			w.write(r)
-			if len(w.q) == 0 {
-				w.flush()
-			}
+			w.drain()
+			time.Sleep(batchEvery)
 		case reply := <-w.reopenc:
+			// What was queued before the signal goes to the old file.
+			w.drain()
 			reply <- w.doReopen()
 		case <-w.quit:
-			for {
-				select {
-				case r := <-w.q:
-					w.write(r)
-				default:
-					w.write(Record{}) // reports drops, if any
-					w.flush()
-					return
-				}
-			}
+			w.drain()
+			return
 		}
 	}
+}
+
+// drain writes the records queued now, reports drops and flushes.
+func (w *writer) drain() {
+	for n := len(w.q); n > 0; n-- {
+		w.write(<-w.q)
+	}
+	w.write(Record{}) // reports drops, if any
+	w.flush()
 }
 
 // write writes r, after a "dropped" record if records were dropped. A zero

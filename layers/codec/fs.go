@@ -1,0 +1,495 @@
+package codec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/bits"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"cairn/layer"
+	"cairn/registry"
+)
+
+// Options configure a codec layer.
+type Options struct {
+	Level     int   // codec level (gzip, zstd, lz4)
+	ChunkSize int64 // a power of two from 4 KiB to 1 MiB (default DefaultChunkSize)
+	FastTails bool  // keep small appends unencoded until their chunk fills
+	// CompactMin is the dead space a file may hold before compaction is
+	// considered (default 1 MiB); compaction also needs dead > live.
+	CompactMin int64
+	Logger     *slog.Logger
+	salt       uint32 // tests: a fixed salt for known-answer files
+}
+
+// DefaultChunkSize is the chunk size of new files, for codecs that do not
+// say otherwise (see docs/codec-format.md for the measurements behind it).
+const DefaultChunkSize = 64 << 10
+
+// FS is a size-changing layer: one codec over the engine.
+type FS struct {
+	layer.Base
+	kind       *Kind
+	codec      Codec
+	shift      uint8
+	fastTails  bool
+	compactMin int64
+	salt       uint32
+	logger     *slog.Logger
+
+	mu     sync.Mutex
+	states map[uint64]*state // by lower inode number
+	// idle are states without handles, kept loaded (the most recent last)
+	// so that opening a file again costs no index load and no decoding.
+	idle []*state
+}
+
+// maxIdle is the number of closed files whose state is kept.
+const maxIdle = 32
+
+// New stacks the codec called name ("copy", "gzip", ...) over lower.
+func New(lower layer.FS, name string, o Options) (*FS, error) {
+	var k *Kind
+	kindsMu.Lock()
+	for _, x := range kinds {
+		if x.Name == name {
+			k = x
+		}
+	}
+	kindsMu.Unlock()
+	if k == nil {
+		return nil, fmt.Errorf("codec: unknown codec %q", name)
+	}
+	if o.ChunkSize == 0 {
+		o.ChunkSize = k.chunk()
+	}
+	if o.ChunkSize < 1<<minShift || o.ChunkSize > 1<<maxShift || o.ChunkSize&(o.ChunkSize-1) != 0 {
+		return nil, fmt.Errorf("chunk_size must be a power of two from 4KiB to 1MiB, found %d", o.ChunkSize)
+	}
+	if k.HasLevel && (o.Level < k.MinLevel || o.Level > k.MaxLevel) {
+		return nil, fmt.Errorf("level of %s must be from %d to %d, found %d", name, k.MinLevel, k.MaxLevel, o.Level)
+	}
+	c, err := k.New(o.Level)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if o.CompactMin == 0 {
+		o.CompactMin = 1 << 20
+	}
+	return &FS{Base: layer.Base{Lower: lower}, kind: k, codec: c, shift: uint8(bits.TrailingZeros64(uint64(o.ChunkSize))),
+		fastTails: o.FastTails, compactMin: o.CompactMin, salt: o.salt, logger: o.Logger, states: map[uint64]*state{}}, nil
+}
+
+func (k *Kind) chunk() int64 {
+	if k.DefaultChunk != 0 {
+		return k.DefaultChunk
+	}
+	return DefaultChunkSize
+}
+
+// Register adds a codec and its layer type (type = NAME in a spec).
+func Register(k *Kind) {
+	addKind(k)
+	opts := []registry.Option{
+		{Name: "chunk_size", Kind: registry.Size, Default: k.chunk(),
+			Help: "size of the independently encoded chunks of new files: a power of two from 4KiB to 1MiB"},
+		{Name: "fast_tails", Kind: registry.Bool, Default: true,
+			Help: "keep small appends unencoded until their chunk fills"},
+	}
+	if k.HasLevel {
+		opts = append(opts, registry.Option{Name: "level", Kind: registry.Int, Default: int64(k.DefaultLevel),
+			Help: fmt.Sprintf("compression level, %d to %d", k.MinLevel, k.MaxLevel)})
+	}
+	name := k.Name
+	registry.Register(registry.Type{
+		Name: name, Summary: k.Summary, MinLowers: 1, MaxLowers: 1, Options: opts,
+		Changes: layer.ChangesData | layer.ChangesAttrs,
+		New: func(l []layer.FS, v registry.Values) (layer.FS, error) {
+			return New(l[0], name, Options{Level: int(v.Int("level")), ChunkSize: v.Int("chunk_size"), FastTails: v.Bool("fast_tails")})
+		},
+	})
+}
+
+func (fs *FS) Changes() layer.Changes { return layer.ChangesData | layer.ChangesAttrs }
+
+// Codec returns the layer's codec name.
+func (fs *FS) Codec() string { return fs.kind.Name }
+
+// ---- shared states -------------------------------------------------------
+
+// acquire returns the shared state of path's file, loading it if no handle
+// has it open. lf is a lower handle of path, opened read-write if possible;
+// it is kept or released.
+func (fs *FS) acquire(ctx context.Context, path string, lf layer.File, ro bool) (*state, layer.File, error) {
+	a, err := lf.Getattr(ctx)
+	if err != nil {
+		lf.Release(ctx)
+		return nil, nil, err
+	}
+	if !a.IsRegular() {
+		lf.Release(ctx)
+		return nil, nil, syscall.EINVAL
+	}
+	fs.mu.Lock()
+	if st := fs.states[a.Ino]; st != nil {
+		st.refs++
+		fs.unidle(st)
+		fs.mu.Unlock()
+		st.mu.Lock()
+		failed, stro := st.chunks == nil, st.ro
+		st.mu.Unlock()
+		if failed || stro && !ro {
+			lf.Release(ctx)
+			fs.put(ctx, st)
+			if failed {
+				return nil, nil, errors.New("codec: " + path + ": the index could not be loaded")
+			}
+			return nil, nil, syscall.EACCES
+		}
+		return st, lf, nil
+	}
+	st := &state{fs: fs, ino: a.Ino, refs: 1, path: path, lower: lf, ro: ro}
+	st.mu.Lock()
+	fs.states[a.Ino] = st
+	fs.mu.Unlock()
+	err = st.load(ctx)
+	if err == nil && st.hdrStale && !st.ro && st.logEnd != 0 {
+		// After a crash: record what was replayed, so that stat is cheap.
+		err = st.sync(ctx, false, false)
+	}
+	if err != nil {
+		st.chunks = nil
+		st.mu.Unlock()
+		fs.put(ctx, st)
+		return nil, nil, err
+	}
+	st.mu.Unlock()
+	return st, nil, nil
+}
+
+// put drops one reference; the last one writes what is in memory and
+// releases the lower file.
+func (fs *FS) put(ctx context.Context, st *state) error {
+	fs.mu.Lock()
+	st.refs--
+	last := st.refs == 0
+	fs.mu.Unlock()
+	if !last {
+		return nil
+	}
+	var err error
+	st.mu.Lock()
+	if st.chunks != nil {
+		err = st.sync(ctx, false, true)
+		// An idle file keeps only its last chunk decoded (an append's).
+		last := (st.size - 1) / st.cs
+		for c := range st.cache {
+			if c != last {
+				delete(st.cache, c)
+			}
+		}
+	}
+	st.mu.Unlock()
+	fs.mu.Lock()
+	if st.refs == 0 && !st.removed {
+		if err == nil && st.chunks != nil {
+			st.idle = true
+			fs.idle = append(fs.idle, st)
+			var evict []*state
+			for len(fs.idle) > maxIdle {
+				old := fs.idle[0]
+				fs.idle = fs.idle[1:]
+				old.idle, old.removed = false, true
+				delete(fs.states, old.ino)
+				evict = append(evict, old)
+			}
+			fs.mu.Unlock()
+			for _, old := range evict {
+				old.lower.Release(ctx)
+			}
+			return nil
+		}
+		st.removed = true
+		delete(fs.states, st.ino)
+		fs.mu.Unlock()
+		if e := st.lower.Release(ctx); err == nil {
+			err = e
+		}
+		return err
+	}
+	fs.mu.Unlock()
+	return err
+}
+
+// unidle takes st off the idle list; fs.mu is held.
+func (fs *FS) unidle(st *state) {
+	if !st.idle {
+		return
+	}
+	st.idle = false
+	for i, x := range fs.idle {
+		if x == st {
+			fs.idle = append(fs.idle[:i], fs.idle[i+1:]...)
+			break
+		}
+	}
+}
+
+// dropIdle forgets the idle state of inode ino (its last name is gone: the
+// lower file must not be kept open).
+func (fs *FS) dropIdle(ctx context.Context, ino uint64) {
+	fs.mu.Lock()
+	st := fs.states[ino]
+	if st == nil || !st.idle {
+		fs.mu.Unlock()
+		return
+	}
+	fs.unidle(st)
+	st.removed = true
+	delete(fs.states, ino)
+	fs.mu.Unlock()
+	st.lower.Release(ctx)
+}
+
+func (fs *FS) Unlink(ctx context.Context, path string) error {
+	a, aerr := fs.Lower.Getattr(ctx, path)
+	if err := fs.Lower.Unlink(ctx, path); err != nil {
+		return err
+	}
+	if aerr == nil && a.IsRegular() && a.Nlink <= 1 {
+		fs.dropIdle(ctx, a.Ino)
+	}
+	return nil
+}
+
+func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32) error {
+	a, aerr := fs.Lower.Getattr(ctx, newpath)
+	if err := fs.Lower.Rename(ctx, oldpath, newpath, flags); err != nil {
+		return err
+	}
+	if aerr == nil && a.IsRegular() && a.Nlink <= 1 && flags&unix.RENAME_EXCHANGE == 0 {
+		fs.dropIdle(ctx, a.Ino)
+	}
+	return nil
+}
+
+// Close releases the files kept open for closed handles.
+func (fs *FS) Close() error {
+	fs.mu.Lock()
+	idle := fs.idle
+	fs.idle = nil
+	for _, st := range idle {
+		st.idle, st.removed = false, true
+		delete(fs.states, st.ino)
+	}
+	fs.mu.Unlock()
+	for _, st := range idle {
+		st.lower.Release(context.Background())
+	}
+	return nil
+}
+
+// openLower opens path's lower file read-write when it can.
+func (fs *FS) openLower(ctx context.Context, path string, flags int) (layer.File, bool, error) {
+	lf, err := fs.Lower.Open(ctx, path, unix.O_RDWR|flags&unix.O_NOFOLLOW)
+	if err == nil {
+		return lf, false, nil
+	}
+	if flags&unix.O_ACCMODE != unix.O_RDONLY || (err != syscall.EACCES && err != syscall.EROFS && err != syscall.EPERM) {
+		return nil, false, err
+	}
+	lf, err = fs.Lower.Open(ctx, path, unix.O_RDONLY|flags&unix.O_NOFOLLOW)
+	return lf, true, err
+}
+
+// openState opens path's state for an operation by path (truncate, stat of
+// a file left by a crash).
+func (fs *FS) openState(ctx context.Context, path string, flags int) (*state, error) {
+	st, lf, err := fs.openHandle(ctx, path, flags)
+	if lf != nil {
+		lf.Release(ctx)
+	}
+	return st, err
+}
+
+// openHandle opens path's state; the lower file it returns, if any, is a
+// handle of its own for the caller.
+func (fs *FS) openHandle(ctx context.Context, path string, flags int) (*state, layer.File, error) {
+	lf, ro, err := fs.openLower(ctx, path, flags)
+	if err != nil {
+		return nil, nil, err
+	}
+	return fs.acquire(ctx, path, lf, ro)
+}
+
+// ---- path operations -----------------------------------------------------
+
+// logicalSize returns the size of the file whose lower attributes are a,
+// without decoding data: from an open state, or from the header.
+func (fs *FS) logicalSize(ctx context.Context, path string, a *layer.Attr) error {
+	if !a.IsRegular() {
+		return nil
+	}
+	fs.mu.Lock()
+	st := fs.states[a.Ino]
+	fs.mu.Unlock()
+	if st != nil {
+		st.mu.Lock()
+		a.Size = uint64(st.size)
+		st.mu.Unlock()
+		return nil
+	}
+	if a.Size == 0 {
+		return nil
+	}
+	lf, err := fs.Lower.Open(ctx, path, unix.O_RDONLY|unix.O_NOFOLLOW)
+	if err != nil {
+		return err
+	}
+	area := make([]byte, headerSize)
+	n, err := lf.ReadAt(ctx, area, 0)
+	lf.Release(ctx)
+	if err != nil && err != io.EOF {
+		return err
+	}
+	if sl, ok := bestSlot(area[:n]); ok && sl.logEnd == int64(a.Size) {
+		a.Size = uint64(sl.size)
+		return nil
+	}
+	// The header does not describe the file (a crash): replay its log.
+	st, err = fs.openState(ctx, path, unix.O_RDONLY)
+	if err != nil {
+		if _, errno := err.(syscall.Errno); errno {
+			return err
+		}
+		// Not a file of this layer, or damaged beyond its log: show it
+		// (empty) so that it can be inspected or removed; reads fail.
+		fs.log().Warn("codec: cannot read the file's index", "path", path, "err", err)
+		a.Size = 0
+		return nil
+	}
+	st.mu.Lock()
+	a.Size = uint64(st.size)
+	st.mu.Unlock()
+	return fs.put(ctx, st)
+}
+
+func (fs *FS) Getattr(ctx context.Context, path string) (layer.Attr, error) {
+	a, err := fs.Lower.Getattr(ctx, path)
+	if err != nil {
+		return a, err
+	}
+	return a, fs.logicalSize(ctx, path, &a)
+}
+
+func (fs *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirEntry, error) {
+	ents, err := fs.Lower.ReadDir(ctx, path, plus)
+	if err != nil {
+		return nil, err
+	}
+	for i := range ents {
+		if a := ents[i].Attr; a != nil && a.IsRegular() {
+			if err := fs.logicalSize(ctx, layer.Join(path, ents[i].Name), a); err != nil {
+				ents[i].Attr = nil // the kernel will ask with a lookup
+			}
+		}
+	}
+	return ents, nil
+}
+
+func (fs *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (layer.Attr, error) {
+	if in.Valid&layer.SetSize != 0 {
+		a, err := fs.Lower.Getattr(ctx, path)
+		if err != nil {
+			return a, err
+		}
+		if a.IsDir() {
+			return a, syscall.EISDIR
+		}
+		if !a.IsRegular() {
+			return a, syscall.EINVAL
+		}
+		st, err := fs.openState(ctx, path, unix.O_WRONLY)
+		if err != nil {
+			return layer.Attr{}, err
+		}
+		st.mu.Lock()
+		err = st.truncate(ctx, int64(in.Size))
+		st.mu.Unlock()
+		if e := fs.put(ctx, st); err == nil {
+			err = e
+		}
+		if err != nil {
+			return layer.Attr{}, err
+		}
+		rest := *in
+		rest.Valid &^= layer.SetSize
+		if rest.Valid == 0 {
+			return fs.Getattr(ctx, path)
+		}
+		in = &rest
+	}
+	a, err := fs.Lower.Setattr(ctx, path, in)
+	if err != nil {
+		return a, err
+	}
+	return a, fs.logicalSize(ctx, path, &a)
+}
+
+func (fs *FS) Link(ctx context.Context, oldpath, newpath string) (layer.Attr, error) {
+	a, err := fs.Lower.Link(ctx, oldpath, newpath)
+	if err != nil {
+		return a, err
+	}
+	return a, fs.logicalSize(ctx, newpath, &a)
+}
+
+// lowerFlags are the flags the engine keeps for its own lower handle.
+const handleFlags = unix.O_APPEND | unix.O_SYNC | unix.O_DSYNC | unix.O_ACCMODE
+
+func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, error) {
+	st, lk, err := fs.openHandle(ctx, path, flags)
+	if err != nil {
+		return nil, err
+	}
+	f := &File{fs: fs, st: st, flags: flags & handleFlags, path: path, lk: lk}
+	if flags&unix.O_TRUNC != 0 && flags&unix.O_ACCMODE != unix.O_RDONLY {
+		st.mu.Lock()
+		err = st.truncate(ctx, 0)
+		st.mu.Unlock()
+		if err != nil {
+			f.Release(ctx)
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+func (fs *FS) Create(ctx context.Context, path string, flags int, mode uint32) (layer.File, layer.Attr, error) {
+	lf, a, err := fs.Lower.Create(ctx, path, unix.O_RDWR|flags&(unix.O_EXCL|unix.O_NOFOLLOW), mode)
+	if err != nil {
+		return nil, a, err
+	}
+	st, lk, err := fs.acquire(ctx, path, lf, false)
+	if err != nil {
+		return nil, layer.Attr{}, err
+	}
+	f := &File{fs: fs, st: st, flags: flags & handleFlags, path: path, lk: lk}
+	st.mu.Lock()
+	if flags&unix.O_TRUNC != 0 {
+		err = st.truncate(ctx, 0)
+	}
+	a.Size = uint64(st.size)
+	st.mu.Unlock()
+	if err != nil {
+		f.Release(ctx)
+		return nil, layer.Attr{}, err
+	}
+	return f, a, nil
+}

@@ -1,0 +1,145 @@
+package codec
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"cairn/internal/fsx"
+	"cairn/internal/mounttest"
+	"cairn/layer"
+)
+
+// fsxOps is the number of model operations per codec through an in-process
+// mount (CAIRN_FSX_OPS overrides every run; CAIRN_LONG=1 multiplies).
+func fsxOps(t *testing.T, n int) int {
+	if os.Getenv("CAIRN_LONG") == "1" {
+		return 10 * n
+	}
+	// Under go test's default 10-minute timeout (test.sh gives 60), a
+	// timed-out test process hangs on its own mounts: run fewer.
+	if d, ok := t.Deadline(); ok && time.Until(d) < 15*time.Minute {
+		t.Logf("less than 15 minutes before the test deadline: %d operations instead of %d (run with -timeout 60m for all)", n/5, n)
+		return n / 5
+	}
+	return n
+}
+
+func fastLevel(name string) int {
+	switch name {
+	case "gzip", "zstd":
+		return 1
+	}
+	return 0
+}
+
+// TestFsxMount runs the model on every codec at once: the runs wait on
+// FUSE round trips more than they compute, so they overlap well (t.Run from
+// several goroutines, whatever -parallel says).
+func TestFsxMount(t *testing.T) {
+	var wg sync.WaitGroup
+	for _, name := range codecNames {
+		wg.Go(func() {
+			t.Run(name, func(t *testing.T) {
+				// Small chunks: many chunk boundaries, cheap encodings (the
+				// fastest levels: the model checks the engine, not the codec's
+				// ratio), so that 100,000 operations per codec fit in CI with
+				// the race detector.
+				lower, fs := newStack(t, name, Options{ChunkSize: 4 << 10, FastTails: true, CompactMin: 128 << 10, Level: fastLevel(name)})
+				m := mounttest.Mount(t, fs)
+				if m.Server.Passthrough {
+					t.Fatal("a codec stack must not use passthrough")
+				}
+				fsx.Run(t, fsx.Config{Dir: m.Dir, Ops: fsxOps(t, 100000), Punch: true, MaxSize: 256 << 10, MaxLen: 16 << 10})
+				// After unmounting, a fresh stack reads the same files.
+				var files [][]byte
+				for i := 0; i < 3; i++ {
+					b, err := os.ReadFile(m.Path(fmt.Sprintf("fsx-%d", i)))
+					if err != nil {
+						t.Fatal(err)
+					}
+					files = append(files, b)
+				}
+				m.Unmount()
+				fresh := newStackAt(t, lower, name, Options{})
+				for i, want := range files {
+					got, err := layer.ReadFile(context.Background(), fresh, "fsx-"+strconv.Itoa(i))
+					if err != nil || !bytes.Equal(got, want) {
+						t.Fatalf("fresh stack reads fsx-%d differently (%v): %d bytes, want %d", i, err, len(got), len(want))
+					}
+					rep, err := fresh.Check(context.Background(), "fsx-"+strconv.Itoa(i), false)
+					if err != nil || !rep.OK() {
+						t.Fatalf("fsck of fsx-%d: %+v %v", i, rep, err)
+					}
+				}
+			})
+		})
+	}
+	wg.Wait()
+}
+
+// TestFsxMmapProcess runs the model with mmap against a cairn process.
+func TestFsxMmapProcess(t *testing.T) {
+	for _, name := range codecNames {
+		t.Run(name, func(t *testing.T) {
+			lower := t.TempDir()
+			p := mounttest.MountSpec(t, fmt.Sprintf("mount = \"top\"\n[layer.base]\ntype = \"local\"\npath = %q\n[layer.top]\ntype = %q\nover = \"base\"\nchunk_size = \"16KiB\"\n", lower, name))
+			fsx.Run(t, fsx.Config{Dir: p.Dir, Ops: fsxOps(t, 5000), Mmap: true, Punch: true, MaxSize: 512 << 10})
+			p.Unmount()
+		})
+	}
+}
+
+// TestSeekAndCopyRange: SEEK_DATA/SEEK_HOLE see chunk holes; a
+// copy_file_range between files of the mount copies the bytes.
+func TestSeekAndCopyRange(t *testing.T) {
+	lower, fs := newStack(t, "zstd", Options{ChunkSize: 4096, FastTails: true, Level: 3})
+	m := mounttest.Mount(t, fs)
+	f, err := os.OpenFile(m.Path("s"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte("head"), 0)
+	f.WriteAt([]byte("tail"), 40960)
+	fd := int(f.Fd())
+	for _, c := range []struct {
+		off    int64
+		whence int
+		want   int64
+	}{{0, unix.SEEK_DATA, 0}, {0, unix.SEEK_HOLE, 4096}, {5000, unix.SEEK_DATA, 40960}, {40961, unix.SEEK_HOLE, 40964}} {
+		if got, err := unix.Seek(fd, c.off, c.whence); err != nil || got != c.want {
+			t.Errorf("lseek(%d, %d) = %d, %v; want %d", c.off, c.whence, got, err, c.want)
+		}
+	}
+	g, err := os.OpenFile(m.Path("d"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, 40964)
+	copy(want, "head")
+	copy(want[40960:], "tail")
+	offIn, offOut := int64(0), int64(0)
+	for offIn < int64(len(want)) {
+		n, err := unix.CopyFileRange(fd, &offIn, int(g.Fd()), &offOut, len(want)-int(offIn), 0)
+		if err != nil || n == 0 {
+			t.Fatalf("copy_file_range: %d, %v", n, err)
+		}
+	}
+	f.Close()
+	g.Close()
+	got, err := os.ReadFile(m.Path("d"))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("copied file differs: %d bytes, %v", len(got), err)
+	}
+	if raw, _ := os.ReadFile(filepath.Join(lower, "d")); bytes.Contains(raw, want[:4096]) {
+		t.Fatalf("the lower copy is not encoded")
+	}
+}

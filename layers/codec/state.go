@@ -1,0 +1,1119 @@
+package codec
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sort"
+	"sync"
+
+	"cairn/layer"
+)
+
+// state is the shared state of one file (one lower inode), used by all its
+// open handles. It holds the file's index: for every chunk, the ops that
+// build its content from the log (exactly what replaying the log gives), plus
+// chunks changed in memory and not yet written (dirty) and a few decoded
+// chunks (cache).
+type state struct {
+	fs  *FS
+	ino uint64
+
+	refs    int  // open handles; guarded by fs.mu
+	removed bool // out of fs.states; guarded by fs.mu
+	idle    bool // on fs.idle; guarded by fs.mu
+
+	mu    sync.Mutex
+	path  string // for log lines
+	lower layer.File
+	ro    bool
+
+	shift uint8
+	cs    int64
+	salt  uint32
+
+	size   int64            // logical size, dirty data included
+	psize  int64            // the size the log gives
+	chunks map[int64][]op   // the log's state
+	dirty  map[int64]*dirty // changed, not yet written
+	cache  map[int64][]byte // decoded chunks (clean)
+	clock  uint64
+
+	logEnd   int64 // where the next record goes; 0: the file is empty, no header yet
+	nextGen  uint64
+	hdrSeq   uint64
+	ckptOff  int64
+	ckptRecs int   // records since the checkpoint (open-time replay cost)
+	live     int64 // bytes of records in chunks
+	hdrStale bool  // the header does not describe the log
+
+	problems []string // found while loading (for fsck)
+	scanned  int      // records replayed while loading
+}
+
+type dirty struct {
+	buf    []byte
+	stored int // buf[:stored] is what the log holds: a delta may start here
+	orig   int // the length of the chunk in the log: a delta cannot shorten it
+	used   uint64
+}
+
+const (
+	maxDirtyBytes = 4 << 20 // dirty chunks per file before the oldest are written
+	maxCacheBytes = 1 << 20 // decoded clean chunks kept per file
+	maxDeltas     = 256
+	scanBlock     = 4 << 20
+	minCkptRecs   = 4
+	copyMaxBytes  = 16 << 20
+)
+
+func (s *state) errorf(c int64, f string, a ...any) error {
+	err := &CorruptError{Path: s.path, Chunk: c, Msg: fmt.Sprintf(f, a...)}
+	s.fs.log().Error("codec: corrupt chunk", "path", s.path, "chunk", c, "offset", c*s.cs, "err", err.Msg)
+	return err
+}
+
+// CorruptError is a chunk that cannot be read back: the application gets EIO.
+type CorruptError struct {
+	Path  string
+	Chunk int64
+	Msg   string
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("codec: %s: chunk %d is corrupt: %s", e.Path, e.Chunk, e.Msg)
+}
+
+// ---- loading -------------------------------------------------------------
+
+// scanned record, during loading.
+type srec struct {
+	r     rec
+	off   int64
+	crcOK bool
+}
+
+// load reads the file's index: the checkpoint the header names, then the
+// records after it; with no usable header or checkpoint, the whole log.
+func (s *state) load(ctx context.Context) error {
+	s.chunks = map[int64][]op{}
+	s.dirty = map[int64]*dirty{}
+	s.cache = map[int64][]byte{}
+	a, err := s.lower.Getattr(ctx)
+	if err != nil {
+		return err
+	}
+	fsize := int64(a.Size)
+	s.nextGen = 1
+	if fsize == 0 {
+		s.shift = s.fs.shift
+		s.cs = 1 << s.shift
+		s.salt = s.fs.newSalt()
+		return nil
+	}
+	area := make([]byte, headerSize)
+	n, err := s.lower.ReadAt(ctx, area, 0)
+	if err != nil && err != io.EOF {
+		return err
+	}
+	sl, ok := bestSlot(area[:n])
+	base := int64(headerSize)
+	if !ok {
+		s.problems = append(s.problems, "header unreadable: the index is rebuilt from the records")
+		// Learn the salt and chunk size from the first record.
+		r, _, found, err := s.findRecord(ctx, headerSize, fsize, 0, 0)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return fmt.Errorf("codec: %s: not a file of this layer (no header, no records)", s.path)
+		}
+		sl = slot{shift: r.shift, salt: r.salt}
+		s.hdrStale = true
+	}
+	s.shift, s.salt = sl.shift, sl.salt
+	s.cs = 1 << s.shift
+	s.hdrSeq = sl.seq
+	var ckptGen uint64
+	if sl.ckptOff != 0 {
+		if g, end, err := s.loadCheckpoint(ctx, sl.ckptOff, fsize); err != nil {
+			s.problems = append(s.problems, fmt.Sprintf("checkpoint at %d unusable (%v): the index is rebuilt from the records", sl.ckptOff, err))
+			s.chunks = map[int64][]op{}
+			s.size, s.psize = 0, 0
+			s.hdrStale = true
+		} else {
+			ckptGen, base = g, end
+			s.ckptOff = sl.ckptOff
+		}
+	}
+	if !s.hdrStale && (sl.logEnd != fsize) {
+		s.hdrStale = true
+	}
+	recs, err := s.scan(ctx, base, fsize, nil)
+	if err != nil {
+		return err
+	}
+	maxGen := max(sl.gen, ckptGen)
+	var tail []srec
+	for _, r := range recs {
+		maxGen = max(maxGen, r.r.gen)
+		if r.r.gen > ckptGen && r.r.typ != recIndex {
+			tail = append(tail, r)
+		}
+	}
+	s.replay(tail)
+	s.scanned = len(tail)
+	s.ckptRecs = len(tail)
+	s.nextGen = maxGen + 1
+	s.logEnd = fsize
+	s.recount()
+	return nil
+}
+
+// loadCheckpoint loads the checkpoint record at off; it returns its
+// generation and end.
+func (s *state) loadCheckpoint(ctx context.Context, off, fsize int64) (uint64, int64, error) {
+	hb := make([]byte, recHdrSize)
+	if off+recHdrSize > fsize {
+		return 0, 0, errors.New("beyond the end of the file")
+	}
+	if _, err := s.lower.ReadAt(ctx, hb, off); err != nil {
+		return 0, 0, err
+	}
+	r, err := parseRec(hb, s.salt, s.shift)
+	if err != nil {
+		return 0, 0, err
+	}
+	if r.typ != recIndex {
+		return 0, 0, errors.New("not a checkpoint record")
+	}
+	end := off + recHdrSize + int64(r.encLen)
+	if end > fsize {
+		return 0, 0, errors.New("truncated")
+	}
+	p := make([]byte, r.encLen)
+	if _, err := s.lower.ReadAt(ctx, p, off+recHdrSize); err != nil && err != io.EOF {
+		return 0, 0, err
+	}
+	if crc(p) != r.dataCRC {
+		return 0, 0, errors.New("checksum mismatch")
+	}
+	chunks, err := parseIndex(p, s.shift)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, ops := range chunks {
+		for _, o := range ops {
+			if o.kind != opClip && (o.off+int64(o.rlen) > off || o.gen >= r.gen) {
+				return 0, 0, errors.New("entry points past the checkpoint")
+			}
+		}
+	}
+	s.chunks = chunks
+	s.size, s.psize = int64(r.arg), int64(r.arg)
+	return r.gen, end, nil
+}
+
+// findRecord returns the first record header in [from, end) that parses.
+func (s *state) findRecord(ctx context.Context, from, end int64, salt uint32, shift uint8) (rec, int64, bool, error) {
+	var found rec
+	var at int64
+	ok := false
+	_, err := s.scanWith(ctx, from, end, salt, shift, func(r srec) bool {
+		found, at, ok = r.r, r.off, true
+		return false
+	})
+	return found, at, ok, err
+}
+
+// scan returns the records in [from, end) (see scanWith).
+func (s *state) scan(ctx context.Context, from, end int64, fn func(srec)) ([]srec, error) {
+	var out []srec
+	_, err := s.scanWith(ctx, from, end, s.salt, s.shift, func(r srec) bool {
+		out = append(out, r)
+		if fn != nil {
+			fn(r)
+		}
+		return true
+	})
+	return out, err
+}
+
+// scanWith walks the log in [from, end): a record whose header parses is
+// taken whole and skipped; anything else (a torn record, garbage) is passed
+// byte by byte until the next record magic. Payload checksums are checked.
+// It returns the number of bytes skipped as garbage.
+func (s *state) scanWith(ctx context.Context, from, end int64, salt uint32, shift uint8, fn func(srec) bool) (int64, error) {
+	buf := make([]byte, 0, max(min(scanBlock, end-from), recHdrSize))
+	var bstart int64 // file offset of buf[0]
+	var skipped int64
+	fill := func(at int64) error {
+		n := max(min(int64(cap(buf)), end-at), 0)
+		buf = buf[:n]
+		k, err := s.lower.ReadAt(ctx, buf, at)
+		if err != nil && err != io.EOF {
+			return err
+		}
+		buf = buf[:k]
+		bstart = at
+		return nil
+	}
+	if err := fill(from); err != nil {
+		return 0, err
+	}
+	p := from
+	for p+recHdrSize <= end {
+		if p < bstart || p+recHdrSize > bstart+int64(len(buf)) {
+			if err := fill(p); err != nil {
+				return skipped, err
+			}
+			if int64(len(buf)) < recHdrSize {
+				break
+			}
+		}
+		b := buf[p-bstart:]
+		r, err := parseRec(b, salt, shift)
+		if err == nil {
+			rend := p + recHdrSize + int64(r.encLen)
+			if rend <= end {
+				if rend > bstart+int64(len(buf)) {
+					if err := fill(p); err != nil {
+						return skipped, err
+					}
+					b = buf[p-bstart:]
+				}
+				if int64(len(b)) >= rend-p {
+					payload := b[recHdrSize : rend-p]
+					if !fn(srec{r: r, off: p, crcOK: crc(payload) == r.dataCRC}) {
+						return skipped, nil
+					}
+					p = rend
+					continue
+				}
+			}
+		}
+		// Not a record here: look for the next magic.
+		i := bytes.Index(b[1:], recMagic[:])
+		if i < 0 {
+			adv := max(int64(len(b))-3, 1)
+			skipped += adv
+			p += adv
+			continue
+		}
+		skipped += int64(i + 1)
+		p += int64(i + 1)
+	}
+	return skipped, nil
+}
+
+// replay applies records in generation order. Among copies of one
+// generation (left by compaction), one whose payload checks wins.
+func (s *state) replay(recs []srec) {
+	sort.SliceStable(recs, func(i, j int) bool {
+		if recs[i].r.gen != recs[j].r.gen {
+			return recs[i].r.gen < recs[j].r.gen
+		}
+		return recs[i].crcOK && !recs[j].crcOK
+	})
+	var last uint64
+	for _, r := range recs {
+		if r.r.gen == last {
+			continue // a copy of the record just applied
+		}
+		last = r.r.gen
+		s.apply(r.r, r.off)
+	}
+	s.size = s.psize
+}
+
+// apply updates the index for one record, as written or replayed.
+func (s *state) apply(r rec, off int64) {
+	rlen := uint32(recHdrSize) + r.encLen
+	switch r.typ {
+	case recChunk:
+		c := int64(r.arg)
+		s.chunks[c] = []op{{kind: opBase, off: off, rlen: rlen, gen: r.gen}}
+		s.psize = max(s.psize, c*s.cs+int64(r.decLen))
+	case recDelta:
+		c := int64(r.arg)
+		s.chunks[c] = append(s.chunks[c], op{kind: opDelta, off: off, rlen: rlen, gen: r.gen})
+		s.psize = max(s.psize, c*s.cs+int64(r.aux)+int64(r.decLen))
+	case recSize:
+		if r.flags&flagReset != 0 {
+			s.chunks = map[int64][]op{}
+			s.psize = int64(r.arg)
+		} else {
+			s.setSize(int64(r.arg))
+		}
+	}
+}
+
+// setSize truncates (or extends) the index to n bytes, as a size record
+// does: chunks past the end go, the chunk that holds the end is clipped.
+func (s *state) setSize(n int64) {
+	if n < s.psize {
+		first := (n + s.cs - 1) / s.cs // first chunk wholly past the end
+		for c := range s.chunks {
+			if c >= first {
+				delete(s.chunks, c)
+			}
+		}
+		if n%s.cs != 0 {
+			c := n / s.cs
+			if ops, ok := s.chunks[c]; ok {
+				s.chunks[c] = append(ops, op{kind: opClip, off: n % s.cs})
+			}
+		}
+	}
+	s.psize = n
+}
+
+// recount computes the live bytes.
+func (s *state) recount() {
+	s.live = 0
+	for _, ops := range s.chunks {
+		for _, o := range ops {
+			if o.kind != opClip {
+				s.live += int64(o.rlen)
+			}
+		}
+	}
+}
+
+// ---- reading -------------------------------------------------------------
+
+// span is a stretch of the lower file read at once: a chunk's base and
+// deltas usually lie close together, and one read beats hundreds.
+type span struct {
+	off int64
+	b   []byte
+}
+
+// readSpan reads the records of ops in one read when they lie within a few
+// chunks of each other.
+func (s *state) readSpan(ctx context.Context, ops []op) *span {
+	if len(ops) < 3 {
+		return nil
+	}
+	lo, hi := int64(-1), int64(0)
+	for _, o := range ops {
+		if o.kind == opClip {
+			continue
+		}
+		if lo < 0 || o.off < lo {
+			lo = o.off
+		}
+		hi = max(hi, o.off+int64(o.rlen))
+	}
+	if lo < 0 || hi-lo > 4*s.cs+(64<<10) {
+		return nil
+	}
+	b := make([]byte, hi-lo)
+	n, err := s.lower.ReadAt(ctx, b, lo)
+	if err != nil && err != io.EOF {
+		return nil
+	}
+	return &span{off: lo, b: b[:n]}
+}
+
+// readRecord reads the record an op names and checks it.
+func (s *state) readRecord(ctx context.Context, c int64, o op, want uint8, sp *span) (rec, []byte, error) {
+	var b []byte
+	if sp != nil && o.off >= sp.off && o.off+int64(o.rlen) <= sp.off+int64(len(sp.b)) {
+		b = sp.b[o.off-sp.off : o.off-sp.off+int64(o.rlen)]
+	} else {
+		b = make([]byte, o.rlen)
+		n, err := s.lower.ReadAt(ctx, b, o.off)
+		if err != nil && err != io.EOF {
+			return rec{}, nil, err
+		}
+		if n < int(o.rlen) {
+			return rec{}, nil, s.errorf(c, "record at %d is cut short", o.off)
+		}
+	}
+	r, err := parseRec(b, s.salt, s.shift)
+	if err != nil {
+		return rec{}, nil, s.errorf(c, "record at %d: %v", o.off, err)
+	}
+	if r.typ != want || int64(r.arg) != c || r.gen != o.gen || recHdrSize+r.encLen != o.rlen {
+		return rec{}, nil, s.errorf(c, "record at %d is not the one the index names", o.off)
+	}
+	p := b[recHdrSize:]
+	if crc(p) != r.dataCRC {
+		return rec{}, nil, s.errorf(c, "record at %d: checksum mismatch", o.off)
+	}
+	return r, p, nil
+}
+
+// decodeChunk builds chunk c's content from the log.
+func (s *state) decodeChunk(ctx context.Context, c int64) ([]byte, error) {
+	var buf []byte
+	ops := s.chunks[c]
+	sp := s.readSpan(ctx, ops)
+	for _, o := range ops {
+		switch o.kind {
+		case opBase:
+			r, p, err := s.readRecord(ctx, c, o, recChunk, sp)
+			if err != nil {
+				return nil, err
+			}
+			buf = make([]byte, 0, s.cs)
+			switch {
+			case r.decLen == 0:
+				if len(p) != 0 {
+					return nil, s.errorf(c, "empty chunk with a payload")
+				}
+			case r.flags&flagRaw != 0:
+				if len(p) != int(r.decLen) {
+					return nil, s.errorf(c, "raw chunk length mismatch")
+				}
+				buf = append(buf, p...)
+			default:
+				dec, err := decoder(r.codec)
+				if err != nil {
+					return nil, s.errorf(c, "%v", err)
+				}
+				out, err := safeDecode(dec, buf, p, int(r.decLen))
+				if err != nil {
+					return nil, s.errorf(c, "%v", err)
+				}
+				buf = out
+			}
+		case opDelta:
+			r, p, err := s.readRecord(ctx, c, o, recDelta, sp)
+			if err != nil {
+				return nil, err
+			}
+			buf = writeInto(buf, int(r.aux), p)
+		case opClip:
+			buf = buf[:min(int64(len(buf)), o.off)]
+		}
+	}
+	return buf, nil
+}
+
+// safeDecode turns a decoder's panic into an error: a corrupt chunk must
+// never take the daemon down.
+func safeDecode(c Codec, dst, src []byte, n int) (out []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, fmt.Errorf("decoder failed: %v", r)
+		}
+	}()
+	return c.Decode(dst, src, n)
+}
+
+// writeInto writes p at off in buf, growing it with zeros as needed.
+func writeInto(buf []byte, off int, p []byte) []byte {
+	if end := off + len(p); end > len(buf) {
+		if end > cap(buf) {
+			nb := make([]byte, len(buf), max(end, 2*cap(buf)))
+			copy(nb, buf)
+			buf = nb
+		}
+		clear(buf[len(buf):end])
+		buf = buf[:end]
+	}
+	copy(buf[off:], p)
+	return buf
+}
+
+// content returns chunk c's current content (not to be modified).
+func (s *state) content(ctx context.Context, c int64) ([]byte, error) {
+	if d := s.dirty[c]; d != nil {
+		return d.buf, nil
+	}
+	if b, ok := s.cache[c]; ok {
+		return b, nil
+	}
+	if _, ok := s.chunks[c]; !ok {
+		return nil, nil
+	}
+	b, err := s.decodeChunk(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	s.remember(c, b)
+	return b, nil
+}
+
+// maxDirty is the number of dirty chunks a file may hold.
+func (s *state) maxDirty() int { return max(4, int(maxDirtyBytes/s.cs)) }
+
+func (s *state) remember(c int64, b []byte) {
+	if len(s.cache) >= max(4, int(maxCacheBytes/s.cs)) {
+		for k := range s.cache { // any one: map order is random
+			delete(s.cache, k)
+			break
+		}
+	}
+	s.cache[c] = b
+}
+
+func (s *state) readAt(ctx context.Context, p []byte, off int64) (int, error) {
+	if off >= s.size {
+		return 0, io.EOF
+	}
+	n := int(min(int64(len(p)), s.size-off))
+	for done := 0; done < n; {
+		c := (off + int64(done)) / s.cs
+		in := int((off + int64(done)) % s.cs)
+		k := min(n-done, int(s.cs)-in)
+		b, err := s.content(ctx, c)
+		if err != nil {
+			return done, err
+		}
+		dst := p[done : done+k]
+		m := 0
+		if in < len(b) {
+			m = copy(dst, b[in:])
+		}
+		clear(dst[m:])
+		done += k
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// ---- writing -------------------------------------------------------------
+
+// dirtyChunk returns chunk c for changing.
+func (s *state) dirtyChunk(ctx context.Context, c int64) (*dirty, error) {
+	s.clock++
+	if d := s.dirty[c]; d != nil {
+		d.used = s.clock
+		return d, nil
+	}
+	b, err := s.content(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	delete(s.cache, c)
+	d := &dirty{buf: make([]byte, len(b), s.cs), stored: len(b), orig: len(b), used: s.clock}
+	copy(d.buf, b)
+	s.dirty[c] = d
+	return d, nil
+}
+
+func (s *state) writeAt(ctx context.Context, p []byte, off int64) (int, error) {
+	if s.ro {
+		return 0, errReadOnly
+	}
+	if off < 0 || off+int64(len(p)) > maxFileSize {
+		return 0, errFileTooBig
+	}
+	done := 0
+	for done < len(p) {
+		pos := off + int64(done)
+		c, in := pos/s.cs, int(pos%s.cs)
+		k := min(len(p)-done, int(s.cs)-in)
+		d, err := s.dirtyChunk(ctx, c)
+		if err != nil {
+			return done, err
+		}
+		d.buf = writeInto(d.buf, in, p[done:done+k])
+		d.stored = min(d.stored, in)
+		done += k
+		s.size = max(s.size, pos+int64(k))
+	}
+	if len(s.dirty) > s.maxDirty() {
+		if err := s.writeOldest(ctx); err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
+
+// writeOldest writes the least recently changed half of the dirty chunks.
+func (s *state) writeOldest(ctx context.Context) error {
+	cs := make([]int64, 0, len(s.dirty))
+	for c := range s.dirty {
+		cs = append(cs, c)
+	}
+	sort.Slice(cs, func(i, j int) bool { return s.dirty[cs[i]].used < s.dirty[cs[j]].used })
+	cs = cs[:len(cs)/2]
+	slices.Sort(cs)
+	return s.persist(ctx, cs)
+}
+
+// flushDirty writes every dirty chunk.
+// flushDirty writes every dirty chunk, and the size if the chunks do not
+// give it (a hole at the end).
+func (s *state) flushDirty(ctx context.Context) error {
+	if len(s.dirty) > 0 {
+		cs := make([]int64, 0, len(s.dirty))
+		for c := range s.dirty {
+			cs = append(cs, c)
+		}
+		slices.Sort(cs)
+		if err := s.persist(ctx, cs); err != nil {
+			return err
+		}
+	}
+	if s.size != s.psize {
+		return s.writeSize(ctx)
+	}
+	return nil
+}
+
+// writeSize appends a size record for the current size.
+func (s *state) writeSize(ctx context.Context) error {
+	r := rec{typ: recSize, shift: s.shift, salt: s.salt, gen: s.nextGen, arg: uint64(s.size)}
+	s.nextGen++
+	off, err := s.appendRaw(ctx, appendRecord(nil, r, nil))
+	if err != nil {
+		return err
+	}
+	s.apply(r, off)
+	s.ckptRecs++
+	return nil
+}
+
+// persist writes records for the given dirty chunks in one append.
+func (s *state) persist(ctx context.Context, cs []int64) error {
+	if err := s.initLog(ctx); err != nil {
+		return err
+	}
+	var out []byte
+	type placed struct {
+		c   int64
+		r   rec
+		off int64
+	}
+	var done []placed
+	last := (s.size - 1) / s.cs
+	// Which chunks are fast tails, and the encodings of the others, made
+	// in parallel (a flush of many chunks uses every core).
+	delta := make([]bool, len(cs))
+	encs := make([][]byte, len(cs))
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for i, c := range cs {
+		d := s.dirty[c]
+		// The chunk may reach past the end after a truncation.
+		if lim := s.size - c*s.cs; int64(len(d.buf)) > lim {
+			d.buf = d.buf[:max(lim, 0)]
+			d.stored = min(d.stored, len(d.buf))
+			d.orig = min(d.orig, len(d.buf))
+		}
+		nd := 0
+		for _, o := range s.chunks[c] {
+			if o.kind == opDelta {
+				nd++
+			}
+		}
+		if s.fs.fastTails && c == last && int64(len(d.buf)) < s.cs && d.stored < len(d.buf) && len(d.buf) >= d.orig &&
+			nd < maxDeltas && len(d.buf)-d.stored < int(s.cs)/2 {
+			delta[i] = true
+			continue
+		}
+		if len(d.buf) == 0 {
+			continue
+		}
+		if len(cs) == 1 {
+			encs[i], errs[i] = s.fs.codec.Encode(nil, d.buf)
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			encs[i], errs[i] = s.fs.codec.Encode(nil, d.buf)
+			<-sem
+		}()
+	}
+	wg.Wait()
+	for i, c := range cs {
+		if errs[i] != nil {
+			return fmt.Errorf("codec: encoding chunk %d of %s: %w", c, s.path, errs[i])
+		}
+	}
+	for i, c := range cs {
+		d := s.dirty[c]
+		r := rec{codec: s.fs.kind.ID, shift: s.shift, salt: s.salt, gen: s.nextGen, arg: uint64(c)}
+		s.nextGen++
+		off := s.logEnd + int64(len(out))
+		if delta[i] {
+			// Fast tail: the new bytes, unencoded.
+			r.typ, r.aux, r.decLen, r.codec = recDelta, uint32(d.stored), uint32(len(d.buf)-d.stored), 0
+			out = appendRecord(out, r, d.buf[d.stored:])
+		} else {
+			r.typ, r.decLen = recChunk, uint32(len(d.buf))
+			enc := encs[i]
+			if s.fs.kind.Shrinks && len(enc) >= len(d.buf) {
+				enc, r.flags = d.buf, flagRaw
+			}
+			out = appendRecord(out, r, enc)
+		}
+		r.encLen = uint32(s.logEnd + int64(len(out)) - off - recHdrSize)
+		done = append(done, placed{c, r, off})
+	}
+	if _, err := s.lower.WriteAt(ctx, out, s.logEnd); err != nil {
+		return err
+	}
+	s.logEnd += int64(len(out))
+	s.hdrStale = true
+	for _, p := range done {
+		s.applyLive(p.r, p.off)
+		d := s.dirty[p.c]
+		delete(s.dirty, p.c)
+		if len(d.buf) > 0 {
+			s.remember(p.c, d.buf)
+		}
+	}
+	s.ckptRecs += len(done)
+	return nil
+}
+
+// applyLive applies a record just written, keeping the live count.
+func (s *state) applyLive(r rec, off int64) {
+	c := int64(r.arg)
+	if r.typ == recChunk {
+		for _, o := range s.chunks[c] {
+			if o.kind != opClip {
+				s.live -= int64(o.rlen)
+			}
+		}
+	}
+	s.live += recHdrSize + int64(r.encLen)
+	s.apply(r, off)
+}
+
+var (
+	errReadOnly   = errors.New("codec: the file's lower file is read-only here")
+	errFileTooBig = errors.New("codec: file too big")
+)
+
+// initLog writes the header of an empty file.
+func (s *state) initLog(ctx context.Context) error {
+	if s.logEnd != 0 {
+		return nil
+	}
+	// Both slots describe the empty log.
+	sl := slot{codec: s.fs.kind.ID, shift: s.shift, salt: s.salt, seq: 1, logEnd: headerSize, gen: s.nextGen - 1}
+	b := append(sl.marshal(), sl.marshal()...)
+	if _, err := s.lower.WriteAt(ctx, b, 0); err != nil {
+		return err
+	}
+	s.hdrSeq = 1
+	s.logEnd = headerSize
+	return nil
+}
+
+func (s *state) slot() slot {
+	return slot{codec: s.fs.kind.ID, shift: s.shift, salt: s.salt, seq: s.hdrSeq, size: s.size,
+		logEnd: s.logEnd, ckptOff: s.ckptOff, gen: s.nextGen - 1}
+}
+
+// appendRecords appends ready-made records.
+func (s *state) appendRaw(ctx context.Context, b []byte) (int64, error) {
+	if err := s.initLog(ctx); err != nil {
+		return 0, err
+	}
+	off := s.logEnd
+	if _, err := s.lower.WriteAt(ctx, b, off); err != nil {
+		return 0, err
+	}
+	s.logEnd += int64(len(b))
+	s.hdrStale = true
+	return off, nil
+}
+
+// truncate sets the size: a size record is written at once, so that the
+// log alone says which older bytes are gone.
+func (s *state) truncate(ctx context.Context, n int64) error {
+	if s.ro {
+		return errReadOnly
+	}
+	if n < 0 || n > maxFileSize {
+		return errFileTooBig
+	}
+	if n == s.size {
+		return nil
+	}
+	if n == 0 {
+		// Start the file afresh.
+		if _, err := s.lower.Setattr(ctx, &layer.SetAttr{Valid: layer.SetSize, Size: 0}); err != nil {
+			return err
+		}
+		s.chunks = map[int64][]op{}
+		s.dirty = map[int64]*dirty{}
+		s.cache = map[int64][]byte{}
+		s.size, s.psize, s.logEnd, s.live, s.ckptOff, s.ckptRecs, s.hdrSeq = 0, 0, 0, 0, 0, 0, 0
+		s.hdrStale = false
+		return nil
+	}
+	if n < s.size {
+		first := (n + s.cs - 1) / s.cs
+		for c := range s.dirty {
+			if c >= first {
+				delete(s.dirty, c)
+			}
+		}
+		for c := range s.cache {
+			if c >= first {
+				delete(s.cache, c)
+			}
+		}
+		c := n / s.cs
+		lim := int(n % s.cs)
+		if d := s.dirty[c]; d != nil {
+			d.buf = d.buf[:min(len(d.buf), lim)]
+			d.stored = min(d.stored, lim)
+			d.orig = min(d.orig, lim)
+		}
+		if b, ok := s.cache[c]; ok && len(b) > lim {
+			s.cache[c] = b[:lim]
+		}
+	}
+	s.size = n
+	if err := s.writeSize(ctx); err != nil {
+		return err
+	}
+	s.recount() // live bytes of dropped chunks go
+	return nil
+}
+
+// punch zeroes [off, off+n) within the file.
+func (s *state) punch(ctx context.Context, off, n int64) error {
+	end := min(off+n, s.size)
+	for off < end {
+		c, in := off/s.cs, int(off%s.cs)
+		k := min(end-off, s.cs-int64(in))
+		_, stored := s.chunks[c]
+		if s.dirty[c] == nil && !stored {
+			off += k // already a hole
+			continue
+		}
+		if in == 0 && k == s.cs {
+			// The whole chunk: no need to decode it.
+			delete(s.cache, c)
+			s.clock++
+			s.dirty[c] = &dirty{buf: make([]byte, 0, s.cs), orig: int(s.cs), used: s.clock}
+			off += k
+			continue
+		}
+		d, err := s.dirtyChunk(ctx, c)
+		if err != nil {
+			return err
+		}
+		if in < len(d.buf) {
+			e := min(in+int(k), len(d.buf))
+			clear(d.buf[in:e])
+			if e == len(d.buf) {
+				d.buf = d.buf[:in] // zeros at the end of a chunk need not be stored
+			}
+			d.stored = min(d.stored, in)
+		}
+		off += k
+	}
+	if len(s.dirty) > s.maxDirty() {
+		return s.writeOldest(ctx)
+	}
+	return nil
+}
+
+// ---- syncing -------------------------------------------------------------
+
+// sync writes what is in memory; with durable, it makes the records
+// durable before writing the header. It checkpoints when the log after the
+// last checkpoint has grown, and compacts when dead records dominate.
+func (s *state) sync(ctx context.Context, durable, mayCompact bool) error {
+	if s.ro {
+		return nil
+	}
+	if err := s.flushDirty(ctx); err != nil {
+		return err
+	}
+	if s.logEnd == 0 {
+		return nil
+	}
+	if mayCompact && s.shouldCompact() {
+		if err := s.compact(ctx); err != nil {
+			s.fs.log().Error("codec: compaction failed", "path", s.path, "err", err)
+			return err
+		}
+	}
+	if s.ckptRecs >= max(minCkptRecs, len(s.chunks)/8) && s.ckptRecs > 0 {
+		if err := s.checkpoint(ctx); err != nil {
+			return err
+		}
+	}
+	if durable {
+		if err := s.lower.Fsync(ctx, true); err != nil {
+			return err
+		}
+	}
+	if s.hdrStale {
+		return s.writeHeader(ctx)
+	}
+	return nil
+}
+
+// order returns the chunk numbers in order.
+func (s *state) order() []int64 {
+	cs := make([]int64, 0, len(s.chunks))
+	for c := range s.chunks {
+		cs = append(cs, c)
+	}
+	slices.Sort(cs)
+	return cs
+}
+
+// checkpoint appends an index record of the current state.
+func (s *state) checkpoint(ctx context.Context) error {
+	r := rec{typ: recIndex, shift: s.shift, salt: s.salt, gen: s.nextGen, arg: uint64(s.size)}
+	s.nextGen++
+	off, err := s.appendRaw(ctx, appendRecord(nil, r, marshalIndex(s.chunks, s.order())))
+	if err != nil {
+		return err
+	}
+	s.ckptOff, s.ckptRecs = off, 0
+	return nil
+}
+
+// writeHeader writes the next header slot.
+func (s *state) writeHeader(ctx context.Context) error {
+	s.hdrSeq++
+	sl := s.slot()
+	if _, err := s.lower.WriteAt(ctx, sl.marshal(), int64(sl.seq%2)*slotSize); err != nil {
+		return err
+	}
+	s.hdrStale = false
+	return nil
+}
+
+// ---- compaction ----------------------------------------------------------
+
+func (s *state) shouldCompact() bool {
+	dead := s.logEnd - headerSize - s.live
+	return dead > s.fs.compactMin && dead > s.live
+}
+
+// compact rewrites the live records at the front of the file. Phase one
+// appends copies of them (new generations) and a reset record, so that the
+// log at its end holds the whole file; phase two copies that block to the
+// front and cuts the file after it. At every moment the log replays to the
+// file's content: see docs/codec-format.md.
+func (s *state) compact(ctx context.Context) error {
+	e := s.logEnd
+	reset := rec{typ: recSize, flags: flagReset, shift: s.shift, salt: s.salt, gen: s.nextGen, arg: uint64(s.size)}
+	s.nextGen++
+	var block []byte
+	newChunks := map[int64][]op{}
+	for _, c := range s.order() {
+		ops := s.chunks[c]
+		gen := s.nextGen
+		s.nextGen++
+		off := e + int64(len(block))
+		if len(ops) == 1 && ops[0].kind == opBase {
+			// Copy the record as it is, with its new generation.
+			b := make([]byte, ops[0].rlen)
+			if _, err := s.lower.ReadAt(ctx, b, ops[0].off); err != nil {
+				return err
+			}
+			r, err := parseRec(b, s.salt, s.shift)
+			if err != nil || r.typ != recChunk || int64(r.arg) != c || r.gen != ops[0].gen {
+				return s.errorf(c, "record at %d does not match the index", ops[0].off)
+			}
+			r.gen = gen
+			r.marshal(b)
+			block = append(block, b...)
+		} else {
+			// Deltas and clips: fold them into one chunk record.
+			buf, err := s.decodeChunk(ctx, c)
+			if err != nil {
+				return err
+			}
+			r := rec{typ: recChunk, codec: s.fs.kind.ID, shift: s.shift, salt: s.salt, gen: gen, arg: uint64(c), decLen: uint32(len(buf))}
+			var enc []byte
+			if len(buf) > 0 {
+				if enc, err = s.fs.codec.Encode(nil, buf); err != nil {
+					return err
+				}
+				if s.fs.kind.Shrinks && len(enc) >= len(buf) {
+					enc, r.flags = buf, flagRaw
+				}
+			}
+			block = appendRecord(block, r, enc)
+		}
+		rl := uint32(e + int64(len(block)) - off)
+		newChunks[c] = []op{{kind: opBase, off: off, rlen: rl, gen: gen}}
+	}
+	block = appendRecord(block, reset, nil)
+	// Phase one.
+	if _, err := s.lower.WriteAt(ctx, block, e); err != nil {
+		return err
+	}
+	s.logEnd = e + int64(len(block))
+	s.chunks = newChunks
+	s.recount()
+	s.hdrStale = true
+	if err := s.lower.Fsync(ctx, true); err != nil {
+		return err
+	}
+	if err := s.checkpoint(ctx); err != nil {
+		return err
+	}
+	if err := s.writeHeader(ctx); err != nil {
+		return err
+	}
+	// Phase two: the block and a checkpoint fit before e, where everything
+	// is dead.
+	nops := 0
+	for _, ops := range s.chunks {
+		nops += len(ops)
+	}
+	if headerSize+int64(len(block))+recHdrSize+4+int64(nops)*indexEntrySize > e {
+		return nil
+	}
+	if _, err := s.lower.WriteAt(ctx, block, headerSize); err != nil {
+		return err
+	}
+	for c, ops := range s.chunks {
+		ops[0].off = ops[0].off - e + headerSize
+		s.chunks[c] = ops
+	}
+	s.logEnd = headerSize + int64(len(block))
+	if err := s.checkpoint(ctx); err != nil {
+		return err
+	}
+	if err := s.lower.Fsync(ctx, true); err != nil {
+		return err
+	}
+	if err := s.writeHeader(ctx); err != nil {
+		return err
+	}
+	if _, err := s.lower.Setattr(ctx, &layer.SetAttr{Valid: layer.SetSize, Size: uint64(s.logEnd)}); err != nil {
+		return err
+	}
+	s.fs.log().Debug("codec: compacted", "path", s.path, "from", e, "to", s.logEnd)
+	return nil
+}
+
+func (fs *FS) newSalt() uint32 {
+	if fs.salt != 0 {
+		return fs.salt
+	}
+	for {
+		if v := rand.Uint32(); v != 0 {
+			return v
+		}
+	}
+}
+
+func (fs *FS) log() *slog.Logger {
+	if fs.logger != nil {
+		return fs.logger
+	}
+	return slog.Default()
+}

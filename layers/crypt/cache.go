@@ -1,0 +1,112 @@
+package crypt
+
+import (
+	"strings"
+	"sync"
+)
+
+// The name cache (after pefs's directory cache): for each directory met, its
+// lower path and IV, and the names of it already encrypted or decrypted in
+// both directions. Name encryption is deterministic for a given IV, so
+// entries stay right while the directory's contents change: only a rename
+// or removal of the directory itself (through this layer) makes them wrong,
+// and drops the directory and everything below it. The cache is bounded:
+// past maxDirs directories or maxNames names it starts again empty (a
+// directory is always cached after its parent, so dropping all keeps it
+// consistent).
+
+type dirEntry struct {
+	lower string // the directory's lower path
+	iv    []byte
+	enc   map[string]string // plaintext name -> encoded name
+	dec   map[string]string // lower name -> plaintext name
+}
+
+type nameCache struct {
+	mu       sync.Mutex
+	dirs     map[string]*dirEntry // by plaintext path
+	names    int
+	maxDirs  int
+	maxNames int
+}
+
+func newNameCache(maxDirs, maxNames int) *nameCache {
+	return &nameCache{dirs: map[string]*dirEntry{}, maxDirs: maxDirs, maxNames: maxNames}
+}
+
+func (c *nameCache) dir(path string) *dirEntry {
+	c.mu.Lock()
+	d := c.dirs[path]
+	c.mu.Unlock()
+	return d
+}
+
+func (c *nameCache) addDir(path, lower string, iv []byte) *dirEntry {
+	d := &dirEntry{lower: lower, iv: iv, enc: map[string]string{}, dec: map[string]string{}}
+	c.mu.Lock()
+	if len(c.dirs) >= c.maxDirs {
+		c.dirs = map[string]*dirEntry{}
+		c.names = 0
+	}
+	c.dirs[path] = d
+	c.mu.Unlock()
+	return d
+}
+
+// encoded returns a cached encoded name.
+func (c *nameCache) encoded(d *dirEntry, name string) (string, bool) {
+	c.mu.Lock()
+	e, ok := d.enc[name]
+	c.mu.Unlock()
+	return e, ok
+}
+
+// decoded returns a cached plaintext name of a lower name.
+func (c *nameCache) decoded(d *dirEntry, lname string) (string, bool) {
+	c.mu.Lock()
+	n, ok := d.dec[lname]
+	c.mu.Unlock()
+	return n, ok
+}
+
+// add records a pair; lname is "" when only the encoded name is known.
+func (c *nameCache) add(d *dirEntry, name, enc, lname string) {
+	c.mu.Lock()
+	if c.names >= c.maxNames {
+		for _, e := range c.dirs {
+			e.enc, e.dec = map[string]string{}, map[string]string{}
+		}
+		c.names = 0
+	}
+	if _, ok := d.enc[name]; !ok {
+		d.enc[name] = enc
+		c.names++
+	}
+	if lname != "" {
+		if _, ok := d.dec[lname]; !ok {
+			d.dec[lname] = name
+			c.names++
+		}
+	}
+	c.mu.Unlock()
+}
+
+// drop forgets the directory at path and everything below it.
+func (c *nameCache) drop(path string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.dirs[path]; !ok {
+		return // its descendants are not cached either
+	}
+	if path == "" {
+		c.dirs = map[string]*dirEntry{}
+		c.names = 0
+		return
+	}
+	prefix := path + "/"
+	for p := range c.dirs {
+		if p == path || strings.HasPrefix(p, prefix) {
+			delete(c.dirs, p)
+		}
+	}
+}

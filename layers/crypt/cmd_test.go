@@ -1,0 +1,188 @@
+package crypt
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"cairn/internal/mounttest"
+)
+
+// The cairn command: init, mount (in the foreground and as a daemon, which
+// gets the passphrase over a pipe), a wrong passphrase, a passphrase change,
+// mounting by the master key, a missing configuration.
+
+type cmdEnv struct {
+	t     *testing.T
+	bin   string
+	dir   string // scratch
+	lower string
+}
+
+func newCmdEnv(t *testing.T) *cmdEnv {
+	mounttest.Need(t)
+	e := &cmdEnv{t: t, bin: mounttest.Binary(t), dir: t.TempDir()}
+	e.lower = filepath.Join(e.dir, "lower")
+	os.Mkdir(e.lower, 0o755)
+	return e
+}
+
+// spec writes a spec whose crypt layer reads its secret from a file holding
+// secret, and returns its path.
+func (e *cmdEnv) spec(name, secret, extra string) string {
+	pf := filepath.Join(e.dir, name+".secret")
+	if err := os.WriteFile(pf, []byte(secret+"\n"), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	sp := filepath.Join(e.dir, name+".toml")
+	s := "mount = \"top\"\n[layer.base]\ntype = \"local\"\npath = " + strconv.Quote(e.lower) +
+		"\n[layer.top]\ntype = \"crypt\"\nover = \"base\"\npassfile = " + strconv.Quote(pf) + "\n" + extra
+	if err := os.WriteFile(sp, []byte(s), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	return sp
+}
+
+func (e *cmdEnv) run(args ...string) (string, int) {
+	cmd := exec.Command(e.bin, args...)
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		e.t.Fatal(err)
+	}
+	return string(out), code
+}
+
+func (e *cmdEnv) mountpoint() string {
+	mp, err := os.MkdirTemp(e.dir, "mnt")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return mp
+}
+
+func TestCommands(t *testing.T) {
+	e := newCmdEnv(t)
+	good := e.spec("good", "first passphrase", "")
+	fast := []string{"--kdf", "scrypt", "--scrypt-n", "1024"}
+
+	// A missing configuration says where it was expected.
+	mp := e.mountpoint()
+	out, code := e.run("mount", good, mp)
+	if code == 0 || !strings.Contains(out, filepath.Join(e.lower, ConfigName)) || strings.Count(strings.TrimSpace(out), "\n") > 0 {
+		t.Fatalf("mount without init: exit %d, %q", code, out)
+	}
+
+	out, code = e.run(append(append([]string{"init"}, fast...), "--print-master-key", good)...)
+	if code != 0 {
+		t.Fatalf("init: %d %s", code, out)
+	}
+	key := regexp.MustCompile(`[0-9a-f]{8}(-[0-9a-f]{8}){7}`).FindString(out)
+	if key == "" {
+		t.Fatalf("init printed no master key: %s", out)
+	}
+	if out, code := e.run(append(append([]string{"init"}, fast...), good)...); code == 0 || !strings.Contains(out, "exists already") {
+		t.Fatalf("second init: %d %s", code, out)
+	}
+
+	// As a daemon: the foreground process reads the passphrase and hands
+	// it over.
+	if out, code := e.run("mount", good, mp); code != 0 {
+		t.Fatalf("mount: %d %s", code, out)
+	}
+	if err := os.WriteFile(filepath.Join(mp, "note"), []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := e.run("umount", mp); code != 0 {
+		t.Fatalf("umount: %d %s", code, out)
+	}
+	waitUnmounted(t, mp)
+
+	// A wrong passphrase: one line that says so, and nothing mounted.
+	wrong := e.spec("wrong", "not the passphrase", "")
+	out, code = e.run("mount", wrong, mp)
+	if code == 0 || !strings.Contains(out, "wrong passphrase") || strings.Count(strings.TrimSpace(out), "\n") != 0 {
+		t.Fatalf("wrong passphrase: exit %d, %q", code, out)
+	}
+	if strings.Contains(out, "first passphrase") || strings.Contains(out, "not the passphrase") {
+		t.Fatalf("a passphrase in a message: %q", out)
+	}
+	if isMounted(mp) {
+		t.Fatal("mounted with a wrong passphrase")
+	}
+
+	// A passphrase change: the old one stops working, the new one opens
+	// the same data.
+	newp := filepath.Join(e.dir, "new.secret")
+	os.WriteFile(newp, []byte("second passphrase\n"), 0o600)
+	if out, code := e.run(append(append([]string{"passwd"}, fast...), "--new-passfile", newp, good)...); code != 0 {
+		t.Fatalf("passwd: %d %s", code, out)
+	}
+	if out, code := e.run("mount", good, mp); code == 0 || !strings.Contains(out, "wrong passphrase") {
+		t.Fatalf("old passphrase after passwd: %d %s", code, out)
+	}
+	second := e.spec("second", "second passphrase", "")
+	p := mounttest.MountSpec(t, mustRead(t, second))
+	if b, err := os.ReadFile(p.Path("note")); err != nil || string(b) != "kept" {
+		t.Fatalf("after passwd: %q %v", b, err)
+	}
+	p.Unmount()
+
+	// The master key opens it too (and a wrong one does not).
+	bykey := e.spec("bykey", key, "unlock = \"masterkey\"\n")
+	p = mounttest.MountSpec(t, mustRead(t, bykey))
+	if b, err := os.ReadFile(p.Path("note")); err != nil || string(b) != "kept" {
+		t.Fatalf("by master key: %q %v", b, err)
+	}
+	p.Unmount()
+	badkey := e.spec("badkey", strings.Replace(key, key[:1], string("0123456789abcdef"[(strings.IndexByte("0123456789abcdef", key[0])+1)%16]), 1), "unlock = \"masterkey\"\n")
+	if out, code := e.run("mount", badkey, mp); code == 0 || !strings.Contains(out, "wrong master key") || strings.Contains(out, key[9:17]) {
+		t.Fatalf("wrong master key: %d %q", code, out)
+	}
+	// passwd by the master key (recovery of a lost passphrase).
+	third := filepath.Join(e.dir, "third.secret")
+	os.WriteFile(third, []byte("third passphrase\n"), 0o600)
+	if out, code := e.run(append(append([]string{"passwd"}, fast...), "--masterkey", "--new-passfile", third, bykey)...); code != 0 {
+		t.Fatalf("passwd by master key: %d %s", code, out)
+	}
+	p = mounttest.MountSpec(t, mustRead(t, e.spec("third", "third passphrase", "")))
+	if b, err := os.ReadFile(p.Path("note")); err != nil || string(b) != "kept" {
+		t.Fatalf("after recovery: %q %v", b, err)
+	}
+	// The configuration is not visible through the mount.
+	if ents, _ := os.ReadDir(p.Dir); len(ents) != 1 {
+		t.Fatalf("the mount shows %v", ents)
+	}
+	p.Unmount()
+}
+
+func mustRead(t *testing.T, p string) string {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func isMounted(mp string) bool {
+	b, _ := os.ReadFile("/proc/self/mounts")
+	return strings.Contains(string(b), " "+mp+" ")
+}
+
+func waitUnmounted(t *testing.T, mp string) {
+	for i := 0; i < 100 && isMounted(mp); i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if isMounted(mp) {
+		syscall.Unmount(mp, syscall.MNT_DETACH)
+		t.Fatalf("%s still mounted", mp)
+	}
+}

@@ -1,0 +1,606 @@
+// Package crypt is the encrypting layer (Cryptfs, after FiST; its format and
+// threat model are in docs/crypt.md). File contents are sealed in blocks with
+// AES-256-GCM (or XChaCha20-Poly1305) bound to the file and the block's
+// place; names, symlink targets and extended attributes are encrypted too.
+// A name cache after pefs's keeps the cost of a name independent of the size
+// of its directory.
+package crypt
+
+import (
+	"context"
+	"crypto/cipher"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"cairn/layer"
+)
+
+// FS is a crypt layer over one lower layer.
+type FS struct {
+	layer.Base
+	c     *content
+	names *names
+	xattr *names
+	meta  cipher.AEAD // symlink targets and xattr values
+	ivKey []byte      // MACs of directory IVs
+	cache *nameCache
+	rand  io.Reader
+
+	mu    sync.Mutex
+	files map[uint64]*fileState // open files, by lower inode number
+
+	xmu    sync.Mutex
+	xnames map[string]string // xattr name -> lower name (a few: ACLs, user.*)
+}
+
+var _ layer.FS = (*FS)(nil)
+
+// Options tune a crypt layer.
+type Options struct {
+	// CacheDirs and CacheNames bound the name cache (defaults 16384 and
+	// 262144).
+	CacheDirs, CacheNames int
+	// Rand is the source of nonces, file IDs and directory IVs (default
+	// crypto/rand); tests set it for known answers.
+	Rand io.Reader
+}
+
+// New stacks a crypt layer over lower, whose configuration is cfg and whose
+// master key is master (see Unlock).
+func New(lower layer.FS, cfg *Config, master []byte, o Options) (*FS, error) {
+	if err := cfg.CheckMasterKey(master); err != nil {
+		return nil, err
+	}
+	if o.Rand == nil {
+		o.Rand = rand.Reader
+	}
+	if o.CacheDirs == 0 {
+		o.CacheDirs = 1 << 14
+	}
+	if o.CacheNames == 0 {
+		o.CacheNames = 1 << 18
+	}
+	c, err := newContent(cfg.Cipher, subkey(master, "content", 32), cfg.BlockSize, o.Rand)
+	if err != nil {
+		return nil, err
+	}
+	nm, err := newNames(subkey(master, "names", 64))
+	if err != nil {
+		return nil, err
+	}
+	xn, err := newNames(subkey(master, "xattr names", 64))
+	if err != nil {
+		return nil, err
+	}
+	return &FS{
+		Base: layer.Base{Lower: lower}, c: c, names: nm, xattr: xn,
+		meta:  newAEAD(cfg.Cipher, subkey(master, "meta", 32)),
+		ivKey: subkey(master, "diriv", 32),
+		cache: newNameCache(o.CacheDirs, o.CacheNames), rand: o.Rand,
+		files: map[uint64]*fileState{}, xnames: map[string]string{},
+	}, nil
+}
+
+// Unlock reads the configuration from lower and opens it with a passphrase
+// (or, with isMasterKey, with the master key written as FormatMasterKey
+// does), and stacks the layer.
+func Unlock(ctx context.Context, lower layer.FS, secret []byte, isMasterKey bool, o Options) (*FS, error) {
+	cfg, err := ReadConfig(ctx, lower)
+	if err != nil {
+		return nil, err
+	}
+	var master []byte
+	if isMasterKey {
+		if master, err = ParseMasterKey(string(secret)); err != nil {
+			return nil, err
+		}
+		if err := cfg.CheckMasterKey(master); err != nil {
+			return nil, fmt.Errorf("%w for %s", err, where(lower, ConfigName))
+		}
+	} else if master, err = cfg.Unwrap(secret); err != nil {
+		return nil, fmt.Errorf("%w for %s", err, where(lower, ConfigName))
+	}
+	return New(lower, cfg, master, o)
+}
+
+func (fs *FS) Changes() layer.Changes {
+	return layer.ChangesNames | layer.ChangesData | layer.ChangesAttrs
+}
+
+// corrupt is the error for data that does not authenticate: the frontend
+// logs it and the application gets EIO.
+type corrupt struct {
+	what string // the plaintext path, or the lower one
+	msg  string
+}
+
+func (e *corrupt) Error() string {
+	return "crypt: " + e.what + ": " + e.msg + " (tampered with or damaged)"
+}
+
+func corruptf(what, f string, a ...any) error { return &corrupt{what: what, msg: fmt.Sprintf(f, a...)} }
+
+// IsCorrupt reports whether err says that stored data failed to
+// authenticate.
+func IsCorrupt(err error) bool {
+	var c *corrupt
+	return errors.As(err, &c)
+}
+
+// --- paths ---
+
+// dir returns the cache entry of the plaintext directory path, reading its
+// IV (and its parents') when it is not cached.
+func (fs *FS) dir(ctx context.Context, path string) (*dirEntry, error) {
+	if d := fs.cache.dir(path); d != nil {
+		return d, nil
+	}
+	lower := ""
+	if path != "" {
+		parent, name := layer.Split(path)
+		pd, err := fs.dir(ctx, parent)
+		if err != nil {
+			return nil, err
+		}
+		lname, _, err := fs.encName(pd, name)
+		if err != nil {
+			return nil, err
+		}
+		lower = layer.Join(pd.lower, lname)
+	}
+	iv, err := fs.readIV(ctx, path, lower)
+	if err != nil {
+		return nil, err
+	}
+	return fs.cache.addDir(path, lower, iv), nil
+}
+
+func (fs *FS) readIV(ctx context.Context, path, lower string) ([]byte, error) {
+	f, err := fs.Lower.Open(ctx, layer.Join(lower, dirIVName), unix.O_RDONLY|unix.O_NOFOLLOW)
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ENOTDIR) {
+			// The directory may be missing (ENOENT is right), or
+			// may have lost its IV.
+			a, aerr := fs.Lower.Getattr(ctx, lower)
+			if aerr != nil {
+				return nil, aerr
+			}
+			if !a.IsDir() {
+				return nil, syscall.ENOTDIR
+			}
+			return nil, corruptf("/"+path, "directory %s has no %s", lower, dirIVName)
+		}
+		return nil, err
+	}
+	defer f.Release(ctx)
+	b := make([]byte, dirIVSize+dirIVMAC+1)
+	n, err := readFull(ctx, f, b, 0)
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return fs.repairIV(ctx, path, lower)
+	}
+	iv, ok := checkIV(fs.ivKey, b[:n])
+	if !ok {
+		return nil, corruptf("/"+path, "the directory's IV (%s) does not authenticate", layer.Join(lower, dirIVName))
+	}
+	return iv, nil
+}
+
+// repairIV gives a new IV to a directory whose IV file is empty, as a crash
+// right after its mkdir can leave it, if the directory holds nothing else
+// (no name depends on the lost IV).
+func (fs *FS) repairIV(ctx context.Context, path, lower string) ([]byte, error) {
+	ents, err := fs.Lower.ReadDir(ctx, lower, false)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		if e.Name != dirIVName {
+			return nil, corruptf("/"+path, "the directory's IV (%s) is empty", layer.Join(lower, dirIVName))
+		}
+	}
+	iv := make([]byte, dirIVSize)
+	io.ReadFull(fs.rand, iv)
+	p := layer.Join(lower, dirIVName)
+	if err := fs.Lower.Unlink(ctx, p); err != nil {
+		return nil, err
+	}
+	if err := writeNew(ctx, fs.Lower, p, ivFile(fs.ivKey, iv), 0o444, true); err != nil {
+		return nil, err
+	}
+	return iv, nil
+}
+
+// encName returns the lower name of a plaintext name in directory d, and
+// the encoded name when the lower name is its long form ("" otherwise).
+func (fs *FS) encName(d *dirEntry, name string) (lname, long string, err error) {
+	if !layer.ValidName(name) {
+		return "", "", syscall.EINVAL
+	}
+	if len(name) > 255 {
+		return "", "", syscall.ENAMETOOLONG
+	}
+	enc, ok := fs.cache.encoded(d, name)
+	if !ok {
+		enc = fs.names.encrypt(d.iv, name)
+		fs.cache.add(d, name, enc, "")
+	}
+	lname, isLong := lowerName(enc)
+	if isLong {
+		long = enc
+	}
+	return lname, long, nil
+}
+
+// lowerPath translates a plaintext path.
+func (fs *FS) lowerPath(ctx context.Context, path string) (string, error) {
+	lp, _, _, err := fs.lowerEntry(ctx, path)
+	return lp, err
+}
+
+// lowerEntry translates a plaintext path and also returns its directory's
+// entry and the encoded name when it is long.
+func (fs *FS) lowerEntry(ctx context.Context, path string) (lpath string, d *dirEntry, long string, err error) {
+	if path == "" {
+		return "", nil, "", nil
+	}
+	dir, name := layer.Split(path)
+	if d, err = fs.dir(ctx, dir); err != nil {
+		return "", nil, "", err
+	}
+	lname, long, err := fs.encName(d, name)
+	if err != nil {
+		return "", nil, "", err
+	}
+	return layer.Join(d.lower, lname), d, long, nil
+}
+
+// writeLong writes the side file of a long name before the entry is made.
+func (fs *FS) writeLong(ctx context.Context, lpath, long string) error {
+	if long == "" {
+		return nil
+	}
+	side := lpath + longSuffix
+	f, _, err := fs.Lower.Create(ctx, side, unix.O_WRONLY|unix.O_TRUNC, 0o444)
+	if errors.Is(err, syscall.EACCES) {
+		// A side file left read-only by an earlier entry of the same
+		// name holds the same bytes.
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt(ctx, []byte(long), 0)
+	if rerr := f.Release(ctx); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// dropLong removes the side file of a long name whose entry is gone.
+func (fs *FS) dropLong(ctx context.Context, lpath, long string) {
+	if long != "" {
+		fs.Lower.Unlink(ctx, lpath+longSuffix)
+	}
+}
+
+// decName returns the plaintext name of a lower name in directory d
+// (which lists as ldir in the lower).
+func (fs *FS) decName(ctx context.Context, dpath string, d *dirEntry, lname string) (string, error) {
+	if n, ok := fs.cache.decoded(d, lname); ok {
+		return n, nil
+	}
+	enc := lname
+	if isLong(lname) {
+		side := layer.Join(d.lower, lname+longSuffix)
+		b, err := layer.ReadFile(ctx, fs.Lower, side)
+		if err != nil {
+			if errors.Is(err, syscall.ENOENT) {
+				return "", corruptf("/"+dpath, "long name %s has no %s", layer.Join(d.lower, lname), longSuffix)
+			}
+			return "", err
+		}
+		if !checkLong(lname, b) {
+			return "", corruptf("/"+dpath, "long name %s does not match its %s", layer.Join(d.lower, lname), longSuffix)
+		}
+		enc = string(b)
+	} else if len(enc) > maxEncoded {
+		return "", corruptf("/"+dpath, "name %s is too long", layer.Join(d.lower, lname))
+	}
+	name, err := fs.names.decrypt(d.iv, enc)
+	if err == nil && !layer.ValidName(name) {
+		err = errName
+	}
+	if err != nil {
+		return "", corruptf("/"+dpath, "name %s does not authenticate", layer.Join(d.lower, lname))
+	}
+	fs.cache.add(d, name, enc, lname)
+	return name, nil
+}
+
+// --- attributes ---
+
+// fixAttr turns lower attributes into plaintext ones.
+func (fs *FS) fixAttr(a *layer.Attr) {
+	switch {
+	case a.IsRegular():
+		a.Size, _ = fs.c.plainSize(a.Size)
+	case a.IsSymlink():
+		n := a.Size * 6 / 8 // base64 without padding
+		if n > uint64(fs.meta.NonceSize()+fs.meta.Overhead()) {
+			a.Size = n - uint64(fs.meta.NonceSize()+fs.meta.Overhead())
+		} else {
+			a.Size = 0
+		}
+	}
+}
+
+func (fs *FS) Getattr(ctx context.Context, path string) (layer.Attr, error) {
+	lp, err := fs.lowerPath(ctx, path)
+	if err != nil {
+		return layer.Attr{}, err
+	}
+	a, err := fs.Lower.Getattr(ctx, lp)
+	if err != nil {
+		return a, err
+	}
+	fs.fixAttr(&a)
+	return a, nil
+}
+
+func (fs *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (layer.Attr, error) {
+	lp, err := fs.lowerPath(ctx, path)
+	if err != nil {
+		return layer.Attr{}, err
+	}
+	if in.Valid&layer.SetSize != 0 {
+		f, err := fs.openLower(ctx, path, lp, unix.O_WRONLY)
+		if err != nil {
+			return layer.Attr{}, err
+		}
+		a, err := f.Setattr(ctx, in)
+		if rerr := f.Release(ctx); err == nil {
+			err = rerr
+		}
+		return a, err
+	}
+	a, err := fs.Lower.Setattr(ctx, lp, in)
+	if err != nil {
+		return a, err
+	}
+	fs.fixAttr(&a)
+	return a, nil
+}
+
+// --- directories ---
+
+func (fs *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirEntry, error) {
+	d, err := fs.dir(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	ents, err := fs.Lower.ReadDir(ctx, d.lower, plus)
+	if err != nil {
+		return nil, err
+	}
+	out := ents[:0]
+	for _, e := range ents {
+		if isOwn(e.Name) {
+			continue
+		}
+		name, err := fs.decName(ctx, path, d, e.Name)
+		if err != nil {
+			return nil, err
+		}
+		e.Name = name
+		if e.Attr != nil {
+			fs.fixAttr(e.Attr)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+func (fs *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, error) {
+	lp, _, long, err := fs.lowerEntry(ctx, path)
+	if err != nil {
+		return layer.Attr{}, err
+	}
+	if err := fs.writeLong(ctx, lp, long); err != nil {
+		return layer.Attr{}, err
+	}
+	// Owner write and search until the IV is in, whatever mode asks.
+	a, err := fs.Lower.Mkdir(ctx, lp, mode|0o300)
+	if err != nil {
+		if !errors.Is(err, syscall.EEXIST) {
+			fs.dropLong(ctx, lp, long)
+		}
+		return a, err
+	}
+	iv := make([]byte, dirIVSize)
+	io.ReadFull(fs.rand, iv)
+	// Not synced (an fsync per mkdir would cost more than the rest of
+	// it): readIV repairs the empty IV file a crash can leave.
+	if err := writeNew(ctx, fs.Lower, layer.Join(lp, dirIVName), ivFile(fs.ivKey, iv), 0o444, false); err != nil {
+		fs.Lower.Rmdir(ctx, lp)
+		fs.dropLong(ctx, lp, long)
+		return layer.Attr{}, err
+	}
+	if a.Mode&0o7777 != mode&0o7777 {
+		if a, err = fs.Lower.Setattr(ctx, lp, &layer.SetAttr{Valid: layer.SetMode, Mode: mode & 0o7777}); err != nil {
+			return a, err
+		}
+	}
+	fs.cache.drop(path)
+	fs.cache.addDir(path, lp, iv)
+	return a, nil
+}
+
+func (fs *FS) Rmdir(ctx context.Context, path string) error {
+	lp, _, long, err := fs.lowerEntry(ctx, path)
+	if err != nil {
+		return err
+	}
+	ents, err := fs.Lower.ReadDir(ctx, lp, false)
+	if err != nil {
+		return err
+	}
+	var iv []byte
+	for _, e := range ents {
+		if e.Name != dirIVName {
+			return syscall.ENOTEMPTY
+		}
+	}
+	if d := fs.cache.dir(path); d != nil {
+		iv = d.iv
+	}
+	ivPath := layer.Join(lp, dirIVName)
+	if iv == nil {
+		if b, err := layer.ReadFile(ctx, fs.Lower, ivPath); err == nil {
+			iv, _ = checkIV(fs.ivKey, b)
+		}
+	}
+	if err := fs.Lower.Unlink(ctx, ivPath); err != nil && !errors.Is(err, syscall.ENOENT) {
+		return err
+	}
+	if err := fs.Lower.Rmdir(ctx, lp); err != nil {
+		if iv != nil {
+			writeNew(ctx, fs.Lower, ivPath, ivFile(fs.ivKey, iv), 0o444, false)
+		}
+		return err
+	}
+	fs.cache.drop(path)
+	fs.dropLong(ctx, lp, long)
+	return nil
+}
+
+// --- other objects ---
+
+func (fs *FS) Mknod(ctx context.Context, path string, mode uint32, rdev uint64) (layer.Attr, error) {
+	return fs.make(ctx, path, func(lp string) (layer.Attr, error) { return fs.Lower.Mknod(ctx, lp, mode, rdev) })
+}
+
+// make creates an entry with mk, handling a long name.
+func (fs *FS) make(ctx context.Context, path string, mk func(lp string) (layer.Attr, error)) (layer.Attr, error) {
+	lp, _, long, err := fs.lowerEntry(ctx, path)
+	if err != nil {
+		return layer.Attr{}, err
+	}
+	if err := fs.writeLong(ctx, lp, long); err != nil {
+		return layer.Attr{}, err
+	}
+	a, err := mk(lp)
+	if err != nil {
+		if !errors.Is(err, syscall.EEXIST) {
+			fs.dropLong(ctx, lp, long)
+		}
+		return a, err
+	}
+	fs.fixAttr(&a)
+	return a, nil
+}
+
+const symlinkAAD = "cairn-crypt v1 symlink"
+
+func (fs *FS) Symlink(ctx context.Context, target, path string) (layer.Attr, error) {
+	nonce := make([]byte, fs.meta.NonceSize())
+	io.ReadFull(fs.rand, nonce)
+	enc := b64.EncodeToString(fs.meta.Seal(nonce, nonce, []byte(target), []byte(symlinkAAD)))
+	if len(enc) >= unix.PathMax {
+		return layer.Attr{}, syscall.ENAMETOOLONG
+	}
+	return fs.make(ctx, path, func(lp string) (layer.Attr, error) { return fs.Lower.Symlink(ctx, enc, lp) })
+}
+
+func (fs *FS) Readlink(ctx context.Context, path string) (string, error) {
+	lp, err := fs.lowerPath(ctx, path)
+	if err != nil {
+		return "", err
+	}
+	enc, err := fs.Lower.Readlink(ctx, lp)
+	if err != nil {
+		return "", err
+	}
+	b, err := b64.DecodeString(enc)
+	ns := fs.meta.NonceSize()
+	if err == nil && len(b) >= ns+fs.meta.Overhead() && b64.EncodeToString(b) == enc {
+		var t []byte
+		if t, err = fs.meta.Open(nil, b[:ns], b[ns:], []byte(symlinkAAD)); err == nil {
+			return string(t), nil
+		}
+	}
+	return "", corruptf("/"+path, "symlink target %q does not authenticate", enc)
+}
+
+func (fs *FS) Link(ctx context.Context, oldpath, newpath string) (layer.Attr, error) {
+	olp, err := fs.lowerPath(ctx, oldpath)
+	if err != nil {
+		return layer.Attr{}, err
+	}
+	return fs.make(ctx, newpath, func(lp string) (layer.Attr, error) { return fs.Lower.Link(ctx, olp, lp) })
+}
+
+func (fs *FS) Unlink(ctx context.Context, path string) error {
+	lp, _, long, err := fs.lowerEntry(ctx, path)
+	if err != nil {
+		return err
+	}
+	if err := fs.Lower.Unlink(ctx, lp); err != nil {
+		return err
+	}
+	fs.dropLong(ctx, lp, long)
+	return nil
+}
+
+func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32) error {
+	olp, _, olong, err := fs.lowerEntry(ctx, oldpath)
+	if err != nil {
+		return err
+	}
+	nlp, _, nlong, err := fs.lowerEntry(ctx, newpath)
+	if err != nil {
+		return err
+	}
+	exchange := flags&unix.RENAME_EXCHANGE != 0
+	if !exchange {
+		if err := fs.writeLong(ctx, nlp, nlong); err != nil {
+			return err
+		}
+	}
+	if err := fs.Lower.Rename(ctx, olp, nlp, flags); err != nil {
+		return err
+	}
+	// A directory moved (or replaced) takes its IV along: forget the
+	// cached paths below both names.
+	fs.cache.drop(oldpath)
+	fs.cache.drop(newpath)
+	if !exchange && olp != nlp {
+		fs.dropLong(ctx, olp, olong)
+	}
+	return nil
+}
+
+func (fs *FS) Statfs(ctx context.Context, path string) (layer.Statfs, error) {
+	s, err := fs.Lower.Statfs(ctx, "")
+	if err != nil {
+		return s, err
+	}
+	s.NameLen = 255 // long names are stored in their hashed form
+	return s, nil
+}
+
+func (fs *FS) SyncDir(ctx context.Context, path string) error {
+	d, err := fs.dir(ctx, path)
+	if err != nil {
+		return err
+	}
+	return fs.Lower.SyncDir(ctx, d.lower)
+}

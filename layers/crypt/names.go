@@ -1,0 +1,136 @@
+package crypt
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"strings"
+
+	"github.com/tink-crypto/tink-go/v2/daead/subtle"
+)
+
+// Names are encrypted with AES-SIV (RFC 5297, deterministic authenticated
+// encryption) keyed per volume, with the directory's random IV as the
+// associated data: one name gives one ciphertext in one directory (so a
+// lookup is one encryption, no scan) and different ciphertexts in two
+// directories. The plaintext is padded to a multiple of 16 bytes so that
+// only a name's length class shows. The result is written in unpadded
+// base64url. A name whose encoded form is longer than the lower file
+// system allows is stored as longPrefix + base64url(SHA-256(encoded)) with
+// the encoded form in a side file of that name + longSuffix.
+
+const (
+	dirIVName  = ".cairn.diriv" // the directory's IV and its MAC, in the directory
+	dirIVSize  = 16
+	dirIVMAC   = 16
+	longPrefix = "cairn.long."
+	longSuffix = ".name"
+	// maxEncoded is the longest lower name we write: NAME_MAX of the
+	// common Linux file systems.
+	maxEncoded = 255
+	namePad    = 16
+)
+
+var b64 = base64.RawURLEncoding
+
+// names encrypts and decrypts names.
+type names struct {
+	siv *subtle.AESSIV
+}
+
+func newNames(key []byte) (*names, error) {
+	s, err := subtle.NewAESSIV(key)
+	if err != nil {
+		return nil, err
+	}
+	return &names{siv: s}, nil
+}
+
+// encrypt gives the encoded ciphertext of name in the directory with iv.
+func (n *names) encrypt(iv []byte, name string) string {
+	p := len(name)
+	padded := make([]byte, p, p+namePad)
+	copy(padded, name)
+	pad := namePad - p%namePad
+	for i := 0; i < pad; i++ {
+		padded = append(padded, byte(pad))
+	}
+	ct, err := n.siv.EncryptDeterministically(padded, iv)
+	if err != nil {
+		panic(err) // only for absurd lengths
+	}
+	return b64.EncodeToString(ct)
+}
+
+var errName = errors.New("file name does not authenticate")
+
+// decrypt reverses encrypt.
+func (n *names) decrypt(iv []byte, enc string) (string, error) {
+	ct, err := b64.DecodeString(enc)
+	// Only the canonical encoding: the decoder skips CR and LF and
+	// ignores stray low bits, which would give one name two lower names.
+	if err != nil || len(ct) < 16+namePad || (len(ct)-16)%namePad != 0 || b64.EncodeToString(ct) != enc {
+		return "", errName
+	}
+	pt, err := n.siv.DecryptDeterministically(ct, iv)
+	if err != nil {
+		return "", errName
+	}
+	pad := int(pt[len(pt)-1])
+	if pad < 1 || pad > namePad || pad > len(pt) {
+		return "", errName
+	}
+	for _, b := range pt[len(pt)-pad:] {
+		if int(b) != pad {
+			return "", errName
+		}
+	}
+	if pad == len(pt) {
+		return "", errName
+	}
+	return string(pt[:len(pt)-pad]), nil
+}
+
+// lowerName is the name stored in the lower directory for an encoded name,
+// and whether it is the long form (with a side file).
+func lowerName(enc string) (string, bool) {
+	if len(enc) <= maxEncoded {
+		return enc, false
+	}
+	h := sha256.Sum256([]byte(enc))
+	return longPrefix + b64.EncodeToString(h[:]), true
+}
+
+// isLong reports whether a lower name is the long form; isOwn whether it is
+// a file of the layer's own (IV, side file, configuration), never listed.
+func isLong(lname string) bool { return strings.HasPrefix(lname, longPrefix) && !isOwn(lname) }
+func isOwn(lname string) bool {
+	return strings.HasPrefix(lname, ".") || strings.HasPrefix(lname, longPrefix) && strings.HasSuffix(lname, longSuffix)
+}
+
+// ivFile is the content of a directory's IV file: the IV and a MAC of it
+// (HMAC-SHA256 with the volume's IV key, truncated to 16 bytes), so that a
+// changed IV is found at once, not only as names that do not decrypt.
+func ivFile(key, iv []byte) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("cairn-crypt v1 diriv"))
+	m.Write(iv)
+	return m.Sum(append([]byte{}, iv...))[:dirIVSize+dirIVMAC]
+}
+
+// checkIV returns the IV of an IV file's content.
+func checkIV(key, b []byte) ([]byte, bool) {
+	if len(b) != dirIVSize+dirIVMAC {
+		return nil, false
+	}
+	iv := b[:dirIVSize]
+	return iv, hmac.Equal(ivFile(key, iv), b)
+}
+
+// checkLong verifies that a side file's content belongs to the long name.
+func checkLong(lname string, enc []byte) bool {
+	h := sha256.Sum256(enc)
+	return lname == longPrefix+b64.EncodeToString(h[:]) && !bytes.ContainsAny(enc, "/\x00")
+}

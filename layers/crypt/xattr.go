@@ -1,0 +1,152 @@
+package crypt
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"syscall"
+)
+
+// Extended attributes: the name is encrypted like a file name (AES-SIV with
+// its own key and a fixed associated data instead of a directory IV) and
+// stored in the lower's user namespace; the value is sealed with a random
+// nonce and the lower name as associated data.
+
+const (
+	xattrPrefix = "user."
+	xattrAD     = "cairn-crypt v1 xattr name"
+	xattrValAD  = "cairn-crypt v1 xattr value "
+)
+
+func (fs *FS) xattrName(name string) (string, error) {
+	if name == "" {
+		return "", syscall.EINVAL
+	}
+	fs.xmu.Lock()
+	l, ok := fs.xnames[name]
+	fs.xmu.Unlock()
+	if !ok {
+		l = xattrPrefix + fs.xattr.encrypt([]byte(xattrAD), name)
+		fs.xmu.Lock()
+		if len(fs.xnames) >= 1024 {
+			clear(fs.xnames)
+		}
+		fs.xnames[name] = l
+		fs.xmu.Unlock()
+	}
+	if len(l) > 255 {
+		return "", syscall.ERANGE
+	}
+	return l, nil
+}
+
+func (fs *FS) Getxattr(ctx context.Context, path, name string, dest []byte) (int, error) {
+	lp, err := fs.lowerPath(ctx, path)
+	if err != nil {
+		return 0, err
+	}
+	lname, err := fs.xattrName(name)
+	if err != nil {
+		return 0, err
+	}
+	raw, err := fs.getAll(func(b []byte) (int, error) { return fs.Lower.Getxattr(ctx, lp, lname, b) })
+	if err != nil {
+		return 0, err
+	}
+	ns := fs.meta.NonceSize()
+	if len(raw) < ns+fs.meta.Overhead() {
+		return 0, corruptf("/"+path, "extended attribute %s is too short", lname)
+	}
+	v, err := fs.meta.Open(nil, raw[:ns], raw[ns:], []byte(xattrValAD+lname))
+	if err != nil {
+		return 0, corruptf("/"+path, "extended attribute %s does not authenticate", lname)
+	}
+	if len(dest) == 0 {
+		return len(v), nil
+	}
+	if len(dest) < len(v) {
+		return len(v), syscall.ERANGE
+	}
+	return copy(dest, v), nil
+}
+
+// getAll calls a getxattr-style function with a large enough buffer.
+func (fs *FS) getAll(get func([]byte) (int, error)) ([]byte, error) {
+	for {
+		n, err := get(nil)
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			return nil, nil
+		}
+		b := make([]byte, n)
+		m, err := get(b)
+		if errors.Is(err, syscall.ERANGE) {
+			continue // it grew meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		return b[:m], nil
+	}
+}
+
+func (fs *FS) Setxattr(ctx context.Context, path, name string, value []byte, flags int) error {
+	lp, err := fs.lowerPath(ctx, path)
+	if err != nil {
+		return err
+	}
+	lname, err := fs.xattrName(name)
+	if err != nil {
+		return err
+	}
+	nonce := make([]byte, fs.meta.NonceSize())
+	io.ReadFull(fs.rand, nonce)
+	sealed := fs.meta.Seal(nonce, nonce, value, []byte(xattrValAD+lname))
+	return fs.Lower.Setxattr(ctx, lp, lname, sealed, flags)
+}
+
+func (fs *FS) Removexattr(ctx context.Context, path, name string) error {
+	lp, err := fs.lowerPath(ctx, path)
+	if err != nil {
+		return err
+	}
+	lname, err := fs.xattrName(name)
+	if err != nil {
+		return err
+	}
+	return fs.Lower.Removexattr(ctx, lp, lname)
+}
+
+func (fs *FS) Listxattr(ctx context.Context, path string, dest []byte) (int, error) {
+	lp, err := fs.lowerPath(ctx, path)
+	if err != nil {
+		return 0, err
+	}
+	raw, err := fs.getAll(func(b []byte) (int, error) { return fs.Lower.Listxattr(ctx, lp, b) })
+	if err != nil {
+		return 0, err
+	}
+	var out []byte
+	for _, l := range bytes.Split(raw, []byte{0}) {
+		enc, ok := strings.CutPrefix(string(l), xattrPrefix)
+		if !ok {
+			continue // not ours (a security label of the lower file system, say)
+		}
+		name, err := fs.xattr.decrypt([]byte(xattrAD), enc)
+		if err != nil {
+			return 0, corruptf("/"+path, "extended attribute name %s does not authenticate", l)
+		}
+		out = append(append(out, name...), 0)
+	}
+	if len(dest) == 0 {
+		return len(out), nil
+	}
+	if len(dest) < len(out) {
+		return len(out), syscall.ERANGE
+	}
+	return copy(dest, out), nil
+}
