@@ -271,13 +271,25 @@ func shell(cmd string, limit time.Duration) (string, error) {
 	return string(out), err
 }
 
+// lastLine condenses a command's output for an error message: its first
+// and last lines (a caret line under a spec error says little alone).
 func lastLine(s string) string {
-	s = strings.TrimSpace(s)
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		s = s[i+1:]
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
+		if strings.TrimSpace(l) != "" {
+			lines = append(lines, strings.TrimSpace(l))
+		}
 	}
-	if len(s) > 300 {
-		s = s[:300]
+	switch {
+	case len(lines) == 0:
+		s = ""
+	case len(lines) <= 3:
+		s = strings.Join(lines, " / ")
+	default:
+		s = lines[0] + " / ... / " + lines[len(lines)-1]
+	}
+	if len(s) > 400 {
+		s = s[:400]
 	}
 	return s
 }

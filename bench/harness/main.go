@@ -219,22 +219,22 @@ func cmdRun(args []string) int {
 	}
 
 	resPath := filepath.Join(*outDir, "results.jsonl")
-	flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
+	var kept []Record
 	if *resume {
-		flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND
+		// Keep the pairs measured without error; the others run again.
 		recs, _ := readResults(resPath)
-		for _, r := range recs {
-			if r.Metric != "_load" {
-				b.done[r.Workload+"/"+r.Config] = true
-			}
-		}
+		kept, b.done = completePairs(recs)
 	}
-	b.out, err = os.OpenFile(resPath, flags, 0o644)
+	b.out, err = os.OpenFile(resPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cairnbench:", err)
 		return 1
 	}
 	defer b.out.Close()
+	for _, r := range kept {
+		data, _ := json.Marshal(r)
+		b.out.Write(append(data, '\n'))
+	}
 
 	meta := &Meta{Started: time.Now().UTC().Format(time.RFC3339), Mode: "full", Command: "bench/run " + strings.Join(args, " "),
 		Machine: machineInfo(*dir), Params: map[string]string{}}
@@ -242,10 +242,15 @@ func cmdRun(args []string) int {
 		meta.Mode = "quick"
 	}
 	metaPath := filepath.Join(*outDir, "meta.json")
+	var oldMeta *Meta
 	if *resume {
 		if old, err := readMeta(metaPath); err == nil {
+			oldMeta = old
 			meta.Started = old.Started
 			meta.Notes = old.Notes
+			meta.Command = old.Command + "; then " + meta.Command
+			meta.Params = old.Params
+			meta.Mode = old.Mode
 		}
 	}
 	// Build and describe each configuration once.
@@ -268,6 +273,35 @@ func cmdRun(args []string) int {
 		meta.Configs = append(meta.Configs, MetaConfig{Name: c.Name, Kind: c.Kind, Description: c.Description,
 			Version: c.VersionText, Mount: rel(c.Mount), Setup: rel(c.Setup), Failed: c.Failed})
 	}
+	if oldMeta != nil {
+		// Keep the configurations of the earlier run that this one leaves out.
+		have := map[string]bool{}
+		for _, c := range meta.Configs {
+			have[c.Name] = true
+		}
+		merged := append([]MetaConfig(nil), meta.Configs...)
+		for _, c := range oldMeta.Configs {
+			if !have[c.Name] {
+				merged = append(merged, c)
+			}
+		}
+		order := map[string]int{}
+		for i, c := range oldMeta.Configs {
+			order[c.Name] = i
+		}
+		sort.SliceStable(merged, func(i, j int) bool {
+			oi, iok := order[merged[i].Name]
+			oj, jok := order[merged[j].Name]
+			if iok && jok {
+				return oi < oj
+			}
+			return iok
+		})
+		meta.Configs = merged
+	}
+	if meta.Params == nil {
+		meta.Params = map[string]string{}
+	}
 	for _, w := range ws {
 		meta.Params[w.Name] = w.Params(b)
 	}
@@ -276,26 +310,39 @@ func cmdRun(args []string) int {
 		meta.Mode, len(cfgs), names(cfgs), len(ws), resPath)
 
 	for wi, w := range ws {
-		for ci, c := range cfgs {
-			b.step = fmt.Sprintf("[%d/%d %s] [%d/%d %s]", wi+1, len(ws), w.Name, ci+1, len(cfgs), c.Name)
-			if b.done[w.Name+"/"+c.Name] {
-				b.progress("already measured (--resume)")
-				continue
-			}
-			if c.Failed != "" {
-				b.record(Record{Workload: w.Name, Config: c.Name, Metric: "setup", Error: c.Failed})
-				b.progress("skipped: %s", c.Failed)
-				continue
-			}
-			t0 := time.Now()
-			b.record(Record{Workload: w.Name, Config: c.Name, Metric: "_load", Value: loadAvg(), Unit: "load"})
-			err := runLimited(b, w, c)
-			b.record(Record{Workload: w.Name, Config: c.Name, Metric: "_load", Value: loadAvg(), Unit: "load"})
-			if err != nil {
-				b.record(Record{Workload: w.Name, Config: c.Name, Metric: "run", Error: err.Error()})
-				b.progress("FAILED: %v", err)
-			} else {
-				b.progress("done in %v", time.Since(t0).Round(100*time.Millisecond))
+		// The configurations take turns, run by run, so that a change in
+		// the machine's load spreads over all of them.
+		failed := map[string]bool{}
+		nr := b.runs(w.Runs)
+		for run := 1; run <= nr; run++ {
+			for ci, c := range cfgs {
+				b.step = fmt.Sprintf("[%d/%d %s run %d/%d] [%d/%d %s]", wi+1, len(ws), w.Name, run, nr, ci+1, len(cfgs), c.Name)
+				if b.done[w.Name+"/"+c.Name] {
+					if run == 1 {
+						b.progress("already measured (--resume)")
+					}
+					continue
+				}
+				if failed[c.Name] {
+					continue
+				}
+				if c.Failed != "" {
+					b.record(Record{Workload: w.Name, Config: c.Name, Metric: "setup", Error: c.Failed})
+					b.progress("skipped: %s", c.Failed)
+					failed[c.Name] = true
+					continue
+				}
+				t0 := time.Now()
+				b.record(Record{Workload: w.Name, Config: c.Name, Metric: "_load", Run: run, Value: loadAvg(), Unit: "load"})
+				err := runLimited(b, w, c, run)
+				b.record(Record{Workload: w.Name, Config: c.Name, Metric: "_load", Run: run, Value: loadAvg(), Unit: "load"})
+				if err != nil {
+					b.record(Record{Workload: w.Name, Config: c.Name, Metric: "run", Run: run, Error: err.Error()})
+					b.progress("FAILED: %v", err)
+					failed[c.Name] = true
+				} else {
+					b.progress("done in %v", time.Since(t0).Round(100*time.Millisecond))
+				}
 			}
 		}
 		// A report after each workload, so that partial results are usable.
@@ -312,13 +359,13 @@ func cmdRun(args []string) int {
 // runLimited runs one workload on one configuration with the time limit.
 // On a timeout it unmounts the instance so that the workload's goroutine
 // fails out, and moves on.
-func runLimited(b *Bench, w *Workload, c *Config) error {
+func runLimited(b *Bench, w *Workload, c *Config, run int) error {
 	done := make(chan error, 1)
 	var mu sync.Mutex
 	var inst *Instance
 	cctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
-	ctx := &Ctx{Bench: b, Cfg: c, ctx: cctx, onStart: func(i *Instance) {
+	ctx := &Ctx{Bench: b, Cfg: c, ctx: cctx, only: run, onStart: func(i *Instance) {
 		mu.Lock()
 		inst = i
 		mu.Unlock()
@@ -433,6 +480,37 @@ func readMeta(path string) (*Meta, error) {
 	}
 	var m Meta
 	return &m, json.Unmarshal(data, &m)
+}
+
+// completePairs keeps the records of the workload/configuration pairs that
+// have measurements and no error, and tells which pairs those are.
+func completePairs(recs []Record) ([]Record, map[string]bool) {
+	bad, has := map[string]bool{}, map[string]bool{}
+	for _, r := range recs {
+		k := r.Workload + "/" + r.Config
+		if r.Error != "" {
+			bad[k] = true
+		} else if r.Metric != "_load" {
+			has[k] = true
+		}
+	}
+	// Records of tools ("tool: gzip -9") come with native's pair.
+	pair := func(r Record) string {
+		if strings.HasPrefix(r.Config, "tool: ") {
+			return r.Workload + "/native"
+		}
+		return r.Workload + "/" + r.Config
+	}
+	done := map[string]bool{}
+	var kept []Record
+	for _, r := range recs {
+		k := pair(r)
+		if has[k] && !bad[k] {
+			kept = append(kept, r)
+			done[k] = true
+		}
+	}
+	return kept, done
 }
 
 func readResults(path string) ([]Record, error) {

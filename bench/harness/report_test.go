@@ -58,3 +58,28 @@ func TestAggregateRatios(t *testing.T) {
 		t.Errorf("sweep table:\n%s", md.String())
 	}
 }
+
+func TestCompletePairs(t *testing.T) {
+	recs := []Record{
+		{Workload: "w", Config: "a", Metric: "_load"},
+		{Workload: "w", Config: "a", Metric: "m", Value: 1},
+		{Workload: "w", Config: "b", Metric: "m", Value: 1},
+		{Workload: "w", Config: "b", Metric: "run", Error: "boom"},
+		{Workload: "w", Config: "c", Metric: "_load"},
+		{Workload: "w", Config: "native", Metric: "m", Value: 1},
+		{Workload: "w", Config: "tool: gzip -9", Metric: "m", Value: 1},
+	}
+	kept, done := completePairs(recs)
+	if !done["w/a"] || done["w/b"] || done["w/c"] || !done["w/native"] {
+		t.Errorf("done = %v", done)
+	}
+	if len(kept) != 4 {
+		t.Errorf("kept %d records, want 4 (a's two, native, the tool): %v", len(kept), kept)
+	}
+}
+
+func TestLastLine(t *testing.T) {
+	if got := lastLine("spec.toml:9:8: unknown layer type\n    type = \"acl\"\n           ^\n"); got != `spec.toml:9:8: unknown layer type / type = "acl" / ^` {
+		t.Errorf("lastLine = %q", got)
+	}
+}

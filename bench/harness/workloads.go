@@ -21,6 +21,7 @@ import (
 // Workload is one experiment.
 type Workload struct {
 	Name, Title string
+	Runs        int // runs of a full run
 	Run         func(*Ctx) error
 	Params      func(*Bench) string
 }
@@ -32,6 +33,19 @@ type Ctx struct {
 	ctx     context.Context
 	onStart func(*Instance)
 	stopped atomic.Bool
+	only    int // run only this run (the configurations take turns run by run)
+}
+
+// runList is the runs this call makes: c.only, or all of them.
+func (c *Ctx) runList(full int) []int {
+	if c.only > 0 {
+		return []int{c.only}
+	}
+	var l []int
+	for r := 1; r <= c.runs(full); r++ {
+		l = append(l, r)
+	}
+	return l
 }
 
 func (c *Ctx) start() (*Instance, error) {
@@ -110,16 +124,16 @@ func (l *limited) Write(p []byte) (int, error) {
 
 func workloads() []*Workload {
 	return []*Workload{
-		{Name: "streaming", Title: "Streaming and random I/O (fio)", Run: wStreaming, Params: pStreaming},
-		{Name: "compile", Title: "Large compile (and file attributes)", Run: wCompile, Params: pCompile},
-		{Name: "largedir", Title: "Large directories (Usenetfs)", Run: wLargeDir, Params: pLargeDir},
-		{Name: "filecopy", Title: "File-copy", Run: wFileCopy, Params: pFileCopy},
-		{Name: "append", Title: "File-append", Run: wAppend, Params: pAppend},
-		{Name: "dircache", Title: "Directory cache (pefs): create, ls -Al, remove", Run: wDirCache, Params: pDirCache},
-		{Name: "dbench", Title: "dbench", Run: wDbench, Params: pDbench},
-		{Name: "opencost", Title: "Open and read/write cost (MonA)", Run: wOpenCost, Params: pOpenCost},
-		{Name: "tools", Title: "Against user-level tools (gzip -9, zstd)", Run: wTools, Params: pTools},
-		{Name: "bonnie", Title: "Bonnie++", Run: wBonnie, Params: pBonnie},
+		{Name: "streaming", Runs: 3, Title: "Streaming and random I/O (fio)", Run: wStreaming, Params: pStreaming},
+		{Name: "compile", Runs: 2, Title: "Large compile (and file attributes)", Run: wCompile, Params: pCompile},
+		{Name: "largedir", Runs: 2, Title: "Large directories (Usenetfs)", Run: wLargeDir, Params: pLargeDir},
+		{Name: "filecopy", Runs: 3, Title: "File-copy", Run: wFileCopy, Params: pFileCopy},
+		{Name: "append", Runs: 3, Title: "File-append", Run: wAppend, Params: pAppend},
+		{Name: "dircache", Runs: 3, Title: "Directory cache (pefs): create, ls -Al, remove", Run: wDirCache, Params: pDirCache},
+		{Name: "dbench", Runs: 3, Title: "dbench", Run: wDbench, Params: pDbench},
+		{Name: "opencost", Runs: 3, Title: "Open and read/write cost (MonA)", Run: wOpenCost, Params: pOpenCost},
+		{Name: "tools", Runs: 2, Title: "Against user-level tools (gzip -9, zstd)", Run: wTools, Params: pTools},
+		{Name: "bonnie", Runs: 2, Title: "Bonnie++", Run: wBonnie, Params: pBonnie},
 	}
 }
 
@@ -251,7 +265,7 @@ func (c *Ctx) fio(dir string, args ...string) (*fioOut, error) {
 func wStreaming(c *Ctx) error {
 	size, rt := streamingParams(c.Bench)
 	sz := fmt.Sprintf("--size=%dM", size)
-	for run := 1; run <= c.runs(3); run++ {
+	for _, run := range c.runList(3) {
 		i, err := c.start()
 		if err != nil {
 			return err
@@ -317,7 +331,7 @@ func pLargeDir(b *Bench) string {
 func wLargeDir(c *Ctx) error {
 	kmax, step := largeDirParams(c.Bench)
 	payload := bytes.Repeat([]byte("usenet article body\n"), 2048/20+1)[:2048]
-	for run := 1; run <= c.runs(2); run++ {
+	for _, run := range c.runList(2) {
 		i, err := c.start()
 		if err != nil {
 			return err
@@ -453,7 +467,7 @@ func (o onlyWriter) Write(p []byte) (int, error) { return o.w.Write(p) }
 
 func wFileCopy(c *Ctx) error {
 	buf := make([]byte, 128<<10)
-	for run := 1; run <= c.runs(3); run++ {
+	for _, run := range c.runList(3) {
 		i, err := c.start()
 		if err != nil {
 			return err
@@ -515,7 +529,7 @@ func wAppend(c *Ctx) error {
 	if err != nil {
 		return err
 	}
-	for run := 1; run <= c.runs(3); run++ {
+	for _, run := range c.runList(3) {
 		i, err := c.start()
 		if err != nil {
 			return err
@@ -578,7 +592,7 @@ func wCompile(c *Ctx) error {
 	if _, err := os.Stat(c.Tarball); err != nil {
 		return fmt.Errorf("tarball: %v (use --tarball)", err)
 	}
-	for run := 1; run <= c.runs(2); run++ {
+	for _, run := range c.runList(2) {
 		os.ReadFile(c.Tarball) // the tarball comes from the page cache
 		i, err := c.start()
 		if err != nil {
@@ -590,10 +604,13 @@ func wCompile(c *Ctx) error {
 				steps = append(steps, []string{"configure", "./configure", "--quiet"}, []string{"make", "make", "-j2"})
 			}
 			top := i.Dir
+			var stepErr error
 			for _, s := range steps {
 				el, us, sy, err := c.timed(top, s[1:]...)
 				if err != nil {
-					return fmt.Errorf("%s: %v", s[0], err)
+					// The tree is still there: measure its attributes anyway.
+					stepErr = fmt.Errorf("%s: %v", s[0], err)
+					break
 				}
 				c.rec("compile", s[0], 0, run, el, "s")
 				c.rec("compile", s[0]+" (user)", 0, run, us, "s")
@@ -619,7 +636,7 @@ func wCompile(c *Ctx) error {
 				}
 				c.rec("attributes", m, 0, run, el, "s")
 			}
-			return nil
+			return stepErr
 		}()
 		if e := i.stop(); err == nil {
 			err = e
@@ -646,7 +663,7 @@ func pDirCache(b *Bench) string {
 }
 
 func wDirCache(c *Ctx) error {
-	for run := 1; run <= c.runs(3); run++ {
+	for _, run := range c.runList(3) {
 		i, err := c.start()
 		if err != nil {
 			return err
@@ -705,7 +722,7 @@ func pDbench(b *Bench) string {
 var dbenchRE = regexp.MustCompile(`Throughput ([0-9.]+) MB/sec`)
 
 func wDbench(c *Ctx) error {
-	for run := 1; run <= c.runs(3); run++ {
+	for _, run := range c.runList(3) {
 		i, err := c.start()
 		if err != nil {
 			return err
@@ -755,7 +772,7 @@ func pOpenCost(b *Bench) string {
 }
 
 func wOpenCost(c *Ctx) error {
-	for run := 1; run <= c.runs(3); run++ {
+	for _, run := range c.runList(3) {
 		i, err := c.start()
 		if err != nil {
 			return err
@@ -844,7 +861,7 @@ func pBonnie(b *Bench) string {
 }
 
 func wBonnie(c *Ctx) error {
-	for run := 1; run <= c.runs(2); run++ {
+	for _, run := range c.runList(2) {
 		i, err := c.start()
 		if err != nil {
 			return err
@@ -920,7 +937,7 @@ func lowerBytes(dir string) int64 {
 
 func wTools(c *Ctx) error {
 	buf := make([]byte, 128<<10)
-	for run := 1; run <= c.runs(2); run++ {
+	for _, run := range c.runList(2) {
 		for _, kind := range toolKinds {
 			src, err := c.data(kind, toolSize(c.Bench))
 			if err != nil {

@@ -30,7 +30,11 @@ func TestMain(m *testing.M) {
 		helper()
 		return
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if helperBin.path != "" {
+		os.RemoveAll(filepath.Dir(helperBin.path))
+	}
+	os.Exit(code)
 }
 
 func helper() {
