@@ -142,13 +142,8 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 	if !ok {
 		return nil, 0, syscall.ENOENT
 	}
-	a, err := n.st.top.Getattr(callerCtx(ctx), p)
-	if err != nil {
-		return nil, 0, n.st.errno("opendir", p, err)
-	}
-	if !a.IsDir() {
-		return nil, 0, syscall.ENOTDIR
-	}
+	// The kernel opens only directories; the listing, read on the first
+	// readdir, reports a directory that has gone.
 	return &dir{n: n, path: p}, 0, 0
 }
 

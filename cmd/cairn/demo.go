@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	_ "embed"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -30,11 +29,8 @@ func runDemo(args []string) int {
 		fmt.Fprintf(fl.Output(), "Usage: cairn demo [--keep] [DIR]\n\nMounts the embedded demo stack (a null layer over DIR/data, DIR defaults to a new\ntemporary directory) at DIR/mnt, writes and reads files through it, shows the\nlower directory, and unmounts.\n\nThe embedded spec:\n\n%s\n", demoSpec)
 		fl.PrintDefaults()
 	}
-	if err := parseFlags(fl, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseArgs(fl, args); !ok {
+		return code
 	}
 	dir := fl.Arg(0)
 	if dir == "" {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -31,11 +30,8 @@ Flags:
 `)
 		fl.PrintDefaults()
 	}
-	if err := parseFlags(fl, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseArgs(fl, args); !ok {
+		return code
 	}
 	if fl.NArg() != 1 {
 		fl.Usage()

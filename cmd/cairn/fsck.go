@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -43,11 +42,8 @@ Flags:
 `)
 		fl.PrintDefaults()
 	}
-	if err := parseFlags(fl, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseArgs(fl, args); !ok {
+		return code
 	}
 	if fl.NArg() != 1 {
 		fl.Usage()

@@ -102,11 +102,8 @@ Flags:
 `, crypt.ConfigName)
 		fl.PrintDefaults()
 	}
-	if err := fl.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseArgs(fl, args); !ok {
+		return code
 	}
 	if fl.NArg() != 1 {
 		fl.Usage()
@@ -173,11 +170,8 @@ Flags:
 `)
 		fl.PrintDefaults()
 	}
-	if err := fl.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseArgs(fl, args); !ok {
+		return code
 	}
 	if fl.NArg() != 1 {
 		fl.Usage()

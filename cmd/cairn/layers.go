@@ -2,7 +2,6 @@ package main
 
 import (
 	_ "embed"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -41,11 +40,8 @@ Flags:
 `)
 		fl.PrintDefaults()
 	}
-	if err := parseFlags(fl, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseArgs(fl, args); !ok {
+		return code
 	}
 	if *md {
 		if fl.NArg() > 0 {

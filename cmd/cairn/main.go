@@ -134,6 +134,18 @@ func init() {
 	}})
 }
 
+// parseArgs parses the flags (see parseFlags); after --help or a bad
+// command line it returns the exit code and false.
+func parseArgs(fl *flag.FlagSet, args []string) (int, bool) {
+	if err := parseFlags(fl, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK, false
+		}
+		return exitUsage, false
+	}
+	return exitOK, true
+}
+
 // parseFlags parses flags wherever they appear among the arguments
 // (`cairn explain SPEC --toml` as well as `cairn explain --toml SPEC`);
 // after "--" everything is positional. The positional arguments are left in

@@ -72,11 +72,8 @@ Flags:
 `)
 		fl.PrintDefaults()
 	}
-	if err := parseFlags(fl, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseArgs(fl, args); !ok {
+		return code
 	}
 	if fl.NArg() != 2 {
 		fl.Usage()
@@ -402,11 +399,8 @@ func runUmount(args []string) int {
 		fmt.Fprintf(fl.Output(), "Usage: cairn umount [-z] MOUNTPOINT\n\nUnmounts a cairn mount; its background process then exits.\n\nFlags:\n")
 		fl.PrintDefaults()
 	}
-	if err := parseFlags(fl, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseArgs(fl, args); !ok {
+		return code
 	}
 	if fl.NArg() != 1 {
 		fl.Usage()
