@@ -606,3 +606,53 @@ func TestNoXattr(t *testing.T) {
 		t.Fatal("read")
 	}
 }
+
+// A mount without allow_other leaves permission checks to the lower file
+// system (no default_permissions): only the mounter gets in, and root's
+// answers are those of root on the lower directory.
+func TestPrivateMountPermissions(t *testing.T) {
+	mounttest.NeedRoot(t)
+	lower := t.TempDir()
+	os.Chmod(lower, 0o755)
+	l, err := local.New(lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	m := mounttest.MountOpts(t, null.New(l), fusefs.Options{NoPassthrough: true})
+	mustWrite(t, m.Path("f"), "secret")
+	if out, err := as(1000, 1000, nil, "ls "+m.Path("")); err == nil {
+		t.Fatalf("another user listed a mount without allow_other: %s", out)
+	}
+	// Root reads and writes a file of mode 000, as on ext4.
+	if err := os.Chmod(m.Path("f"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustRead(t, m.Path("f")); got != "secret" {
+		t.Fatalf("root read %q", got)
+	}
+	if err := unix.Access(m.Path("f"), unix.W_OK); err != nil {
+		t.Fatalf("access(W_OK) as root: %v", err)
+	}
+	// ... but cannot execute a file without any x bit.
+	if err := unix.Access(m.Path("f"), unix.X_OK); err != unix.EACCES {
+		t.Fatalf("access(X_OK) of a mode-000 file as root: %v, want EACCES", err)
+	}
+	if err := exec.Command(m.Path("f")).Run(); err == nil || !errors.Is(err, os.ErrPermission) {
+		t.Fatalf("exec of a mode-000 file: %v, want a permission error", err)
+	}
+	// Many creates and unlinks in one directory: each one changes the
+	// directory, and without default_permissions no GETATTR of it follows.
+	for i := 0; i < 100; i++ {
+		mustWrite(t, m.Path("d"+strings.Repeat("x", i%7)+string(rune('a'+i%26))), "y")
+	}
+	ents, _ := os.ReadDir(m.Path(""))
+	for _, e := range ents {
+		if err := os.Remove(m.Path(e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ents, _ := os.ReadDir(lower); len(ents) != 0 {
+		t.Fatalf("lower not empty after removing everything: %d entries", len(ents))
+	}
+}

@@ -21,7 +21,9 @@ import (
 // Options are the mount's options.
 type Options struct {
 	// AllowOther lets users other than the mounter use the mount; the
-	// kernel then checks permissions (default_permissions).
+	// kernel then checks permissions (default_permissions). Without it
+	// only the mounter's uid and gid reach the mount, and the lower file
+	// system checks them, as the daemon runs with them (see Mount).
 	AllowOther bool
 	// Timeouts of the kernel's caches of entries, attributes and missing
 	// names. Zero values take the defaults below; negative ones disable.
@@ -142,8 +144,17 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		},
 	}
 	// default_permissions: the kernel checks modes, owners and the sticky
-	// bit against the attributes we report, for every caller.
-	mopts.Options = append(mopts.Options, "default_permissions")
+	// bit against the attributes we report, for every caller. Other users
+	// need it. Without allow_other, the kernel lets only processes with the
+	// daemon's own uid and gid in, and the lower file system makes the same
+	// checks on the daemon's requests (root passes them, as it would
+	// natively). Leaving it out then saves a round trip per create and
+	// unlink: each one invalidates the parent directory's attributes, and
+	// default_permissions makes the kernel fetch them again (GETATTR)
+	// before the next permission check.
+	if o.AllowOther {
+		mopts.Options = append(mopts.Options, "default_permissions")
+	}
 	opts := &fs.Options{
 		MountOptions:    mopts,
 		EntryTimeout:    timeout(o.EntryTimeout, DefaultEntryTimeout),
