@@ -34,7 +34,8 @@ import (
 //
 // Appends through a descriptor kept open cost the same with and without
 // fast tails: chunks are encoded when they are written out, at close, fsync
-// or eviction, not at each write.
+// or eviction, not at each write. CAIRN_BENCH_LEVEL=9 sets the level of the
+// codecs that have one.
 func BenchmarkAppend(b *testing.B) {
 	type stack struct {
 		name  string
@@ -60,6 +61,9 @@ func BenchmarkAppend(b *testing.B) {
 					for _, k := range kinds {
 						if k.Name == s.name {
 							cs = k.chunk()
+							if l := os.Getenv("CAIRN_BENCH_LEVEL"); l != "" && k.HasLevel {
+								spec += "level = " + l + "\n"
+							}
 						}
 					}
 				}

@@ -31,7 +31,8 @@ func (e *InUseError) Error() string {
 // *InUseError instead of working on files that a daemon changes (the
 // engine keeps state in memory: two engines on one file corrupt it). The
 // lock needs a lower directory descriptor: a codec layer over a layer that
-// changes data (no descriptor to hand out) is not locked.
+// changes data (no descriptor to hand out) is not locked, nor one whose
+// lower root cannot be opened.
 func Claim(ctx context.Context, top layer.FS) error {
 	var err error
 	layer.Walk(top, func(l layer.FS) {
@@ -51,7 +52,7 @@ func (fs *FS) claim(ctx context.Context) error {
 	}
 	d, err := fs.Lower.Open(ctx, "", unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
-		return fmt.Errorf("the %s layer's lower directory: %w", fs.kind.Name, err)
+		return nil // a lower that has no directory to open (a codec over a codec)
 	}
 	fd, ok := d.PassthroughFd()
 	if !ok || fd < 0 {
