@@ -111,6 +111,12 @@ func (b *Bench) progress(f string, a ...any) {
 	fmt.Fprintf(os.Stderr, "[%8s] %s %s\n", el, b.step, fmt.Sprintf(f, a...))
 }
 
+// quickConfigs are the configurations of --quick: native, the null stack,
+// one data-changing stack of each kind, and one peer of each kind
+// (passthrough, union, encryption, compression), so that the subset
+// stays under 10 minutes on 2 cores.
+const quickConfigs = "native,cairn-null,cairn-crypt,cairn-zstd,passthrough_ll,mergerfs,gocryptfs,rclone-compress"
+
 func (b *Bench) runs(full int) int {
 	if b.Runs > 0 {
 		return b.Runs
@@ -128,7 +134,7 @@ func cmdRun(args []string) int {
 	dir := fl.String("dir", "", "an ext4 directory to work in (made by bench/run on a loop-mounted image if empty)")
 	outDir := fl.String("out", "", "results directory: results.jsonl, meta.json, plots (default docs/bench, or bench/results/quick with --quick)")
 	report := fl.String("report", "", "the markdown report to write (default docs/benchmarks.md, or OUT/benchmarks.md with --quick)")
-	only := fl.String("configs", "", "comma-separated configurations to run (default all)")
+	only := fl.String("configs", "", "comma-separated configurations to run (default all; with --quick: "+quickConfigs+")")
 	skip := fl.String("skip-configs", "", "comma-separated configurations to leave out")
 	wls := fl.String("workloads", "", "comma-separated workloads to run (default all): "+strings.Join(workloadNames(), ","))
 	runs := fl.Int("runs", 0, "runs per measurement (default: 3, 2 for compile, largedir, tools and bonnie; 1 with --quick)")
@@ -203,6 +209,9 @@ func cmdRun(args []string) int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cairnbench:", err)
 		return 1
+	}
+	if b.Quick && *only == "" {
+		*only = quickConfigs
 	}
 	cfgs = filterConfigs(cfgs, *only, *skip)
 	ws := workloads()

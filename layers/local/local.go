@@ -4,8 +4,9 @@
 // (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS) for the
 // directories on the way and *at calls that do not follow a final symbolic
 // link, so no path, symlink or ".." in the directory can lead outside it,
-// even if the directory changes under us. Only open files hold descriptors,
-// so the number of descriptors does not grow with the number of files.
+// even if the directory changes under us. Only open files and a bounded
+// cache of recently used directories hold descriptors, so the number of
+// descriptors does not grow with the number of files (see dirCache).
 //
 // Objects are created with the caller's identity: the creating thread takes
 // the caller's fsuid, fsgid and supplementary groups, so ownership, setgid
@@ -30,6 +31,7 @@ type FS struct {
 	root    string
 	rootFd  int
 	asOwner bool // running as root: create objects as the caller
+	dirs    dirCache
 }
 
 var _ layer.FS = (*FS)(nil)
@@ -48,7 +50,10 @@ func (fs *FS) Root() string { return fs.root }
 
 func (fs *FS) Lowers() []layer.FS     { return nil }
 func (fs *FS) Changes() layer.Changes { return 0 }
-func (fs *FS) Close() error           { return unix.Close(fs.rootFd) }
+func (fs *FS) Close() error {
+	fs.dirs.close()
+	return unix.Close(fs.rootFd)
+}
 
 const resolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
 
@@ -60,13 +65,18 @@ const openFlags = unix.O_ACCMODE | unix.O_APPEND | unix.O_CREAT | unix.O_EXCL | 
 
 // openat opens path below the root.
 func (fs *FS) openat(path string, flags int, mode uint32) (int, error) {
+	return openBeneath(fs.rootFd, path, flags, mode)
+}
+
+// openBeneath opens path below the directory dirfd.
+func openBeneath(dirfd int, path string, flags int, mode uint32) (int, error) {
 	if path == "" {
 		path = "."
 	}
 	flags &= openFlags
 	mode &= 0o7777
 	for {
-		fd, err := unix.Openat2(fs.rootFd, path, &unix.OpenHow{
+		fd, err := unix.Openat2(dirfd, path, &unix.OpenHow{
 			Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: resolve,
 		})
 		if err == unix.EINTR || err == unix.EAGAIN {
@@ -86,12 +96,23 @@ func (fs *FS) inDir(path string, fn func(dirfd int, name string) error) error {
 	if dir == "" {
 		return fn(fs.rootFd, name)
 	}
-	dfd, err := fs.openat(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	dfd, done, err := fs.dirs.get(dir, func() (int, error) {
+		return fs.openat(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	})
 	if err != nil {
 		return err
 	}
-	defer unix.Close(dfd)
+	defer done()
 	return fn(dfd, name)
+}
+
+// openIn opens path through its directory's descriptor.
+func (fs *FS) openIn(path string, flags int, mode uint32) (fd int, err error) {
+	err = fs.inDir(path, func(dfd int, name string) error {
+		fd, err = openBeneath(dfd, name, flags, mode)
+		return err
+	})
+	return fd, err
 }
 
 func (fs *FS) lstatAt(dirfd int, name string) (layer.Attr, error) {
@@ -114,7 +135,7 @@ func (fs *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (laye
 	var a layer.Attr
 	err := fs.inDir(path, func(dfd int, name string) error {
 		if in.Valid&layer.SetSize != 0 {
-			fd, err := fs.openat(path, unix.O_WRONLY|unix.O_NOFOLLOW, 0)
+			fd, err := openBeneath(dfd, name, unix.O_WRONLY|unix.O_NOFOLLOW, 0)
 			if err != nil {
 				return err
 			}
@@ -286,7 +307,7 @@ func setgroups(g []uint32) error {
 
 func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, error) {
 	flags &^= unix.O_CREAT | unix.O_EXCL
-	fd, err := fs.openat(path, flags|unix.O_NOFOLLOW, 0)
+	fd, err := fs.openIn(path, flags|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -296,7 +317,7 @@ func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, err
 func (fs *FS) Create(ctx context.Context, path string, flags int, mode uint32) (layer.File, layer.Attr, error) {
 	var fd int
 	err := fs.asCaller(ctx, func() (err error) {
-		fd, err = fs.openat(path, flags|unix.O_CREAT|unix.O_NOFOLLOW, mode)
+		fd, err = fs.openIn(path, flags|unix.O_CREAT|unix.O_NOFOLLOW, mode)
 		return err
 	})
 	if err != nil {
@@ -378,12 +399,15 @@ func (fs *FS) Unlink(ctx context.Context, path string) error {
 }
 
 func (fs *FS) Rmdir(ctx context.Context, path string) error {
+	defer fs.dirs.invalidate(path)
 	return fs.inDir(path, func(dfd int, name string) error {
 		return unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR)
 	})
 }
 
 func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32) error {
+	// Either name may be a directory that moves or is replaced.
+	defer fs.dirs.invalidate(oldpath, newpath)
 	return fs.inDir(oldpath, func(odfd int, oname string) error {
 		return fs.inDir(newpath, func(ndfd int, nname string) error {
 			return unix.Renameat2(odfd, oname, ndfd, nname, uint(flags))
