@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -32,11 +33,12 @@ Checks every file under each size-changing layer (copy, uuencode, gzip, zstd,
 lz4) of the stack SPEC: the header and index of each file against a scan of
 its records, and every chunk's data. With --repair it rebuilds the indexes
 that are missing, stale or wrong (chunks whose data is damaged cannot be
-brought back: reading them gives EIO). Run it on a stack that is not mounted.
+brought back: reading them gives EIO). It refuses a stack that is mounted
+(or being checked): unmount it first.
 
 Exits 0 if everything is consistent (after --repair: if everything could be
 repaired), 1 if problems or damage remain, 2 on a bad command line, 3 if the
-spec is invalid.
+spec is invalid, 5 if the stack is in use.
 
 Flags:
 `)
@@ -69,6 +71,17 @@ Flags:
 		return exitOK
 	}
 	ctx := context.Background()
+	// A mounted daemon holds the same lock: its engine keeps files' state
+	// in memory, and checking (let alone repairing) under it would report
+	// or make damage.
+	if err := codec.Claim(ctx, stack.Top); err != nil {
+		fmt.Fprintf(stderr, "cairn fsck: %s: %v\n", fl.Arg(0), err)
+		var busy *codec.InUseError
+		if errors.As(err, &busy) {
+			return exitBusy
+		}
+		return exitFailed
+	}
 	bad := 0
 	for _, l := range layers {
 		var files []string

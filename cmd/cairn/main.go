@@ -17,6 +17,7 @@ const (
 	exitUsage   = 2 // bad command line
 	exitSpec    = 3 // the spec is invalid
 	exitMount   = 4 // the mount could not be made
+	exitBusy    = 5 // the stack is in use (fsck of a mounted stack)
 	exitUnknown = exitFailed
 )
 
@@ -110,6 +111,7 @@ Exit codes:
   2  bad command line
   3  the spec is invalid
   4  the mount could not be made
+  5  the stack is in use (fsck of a mounted stack)
 `)
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -19,6 +20,7 @@ import (
 	"cairn/fusefs"
 	"cairn/layer"
 	_ "cairn/layers/all"
+	"cairn/layers/codec"
 	"cairn/registry"
 	"cairn/spec"
 )
@@ -150,6 +152,13 @@ Flags:
 		return fail(err, exitSpec)
 	}
 	defer stack.Close()
+	// The files of size-changing layers are served by one engine at a
+	// time: a second mount of them, or an fsck, is refused while this
+	// one runs.
+	if err := codec.Claim(context.Background(), stack.Top); err != nil {
+		report("mount: " + err.Error())
+		return fail(err, exitMount)
+	}
 	opts := fusefs.Options{
 		AllowOther:      m.allowOther || s.AllowOther,
 		EntryTimeout:    pick(m.entry, s.EntryTimeout),

@@ -250,3 +250,25 @@ func TestErrors(t *testing.T) {
 	}
 	f.Release(ctx)
 }
+
+// TestClaim: one claim per lower directory at a time; closing the layer
+// lets the next one in.
+func TestClaim(t *testing.T) {
+	ctx := context.Background()
+	lower, a := newStack(t, "gzip", Options{})
+	b := newStackAt(t, lower, "lz4", Options{})
+	if err := Claim(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := Claim(ctx, a); err != nil {
+		t.Fatalf("a second claim by the same layer: %v", err)
+	}
+	var busy *InUseError
+	if err := Claim(ctx, b); !errors.As(err, &busy) || busy.Dir != lower {
+		t.Fatalf("claim of a claimed directory: %v", err)
+	}
+	a.Close()
+	if err := Claim(ctx, b); err != nil {
+		t.Fatalf("claim after the first layer closed: %v", err)
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -216,5 +218,42 @@ func TestFsckCommand(t *testing.T) {
 	os.WriteFile(p, raw, 0o644)
 	if out, code := fsck("--repair"); code != 1 || !bytes.Contains([]byte(out), []byte("damaged chunks")) {
 		t.Fatalf("fsck of a flipped bit: exit %d\n%s", code, out)
+	}
+}
+
+// TestFsckMounted: fsck refuses a stack that a daemon serves (exit 5, one
+// line saying to unmount), a second mount of it is refused too, and fsck
+// works again after the unmount.
+func TestFsckMounted(t *testing.T) {
+	lower := t.TempDir()
+	p := mounttest.MountSpec(t, fmt.Sprintf("mount = \"top\"\n[layer.base]\ntype = \"local\"\npath = %q\n[layer.top]\ntype = \"zstd\"\nover = \"base\"\n", lower))
+	if err := os.WriteFile(p.Path("f"), []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := filepath.Join(filepath.Dir(p.Dir), "spec.toml")
+	run := func(args ...string) (string, int) {
+		out, err := exec.Command(mounttest.Binary(t), args...).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return string(out), ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), 0
+	}
+	out, code := run("fsck", spec)
+	if code != 5 || !strings.Contains(out, "unmount it first") || strings.Count(strings.TrimSpace(out), "\n") != 0 {
+		t.Fatalf("fsck of a mounted stack: exit %d, want 5 and one line\n%s", code, out)
+	}
+	mnt2 := t.TempDir()
+	out, code = run("mount", spec, mnt2)
+	if code == 0 {
+		syscall.Unmount(mnt2, syscall.MNT_DETACH)
+	}
+	if code != 4 || !strings.Contains(out, "in use") {
+		t.Fatalf("second mount of a mounted stack: exit %d, want 4\n%s", code, out)
+	}
+	p.Unmount()
+	if out, code := run("fsck", spec); code != 0 || !strings.Contains(out, "1 files checked") {
+		t.Fatalf("fsck after unmount: exit %d\n%s", code, out)
 	}
 }

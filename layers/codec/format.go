@@ -214,6 +214,29 @@ func parseRec(b []byte, salt uint32, shift uint8) (rec, error) {
 	return r, nil
 }
 
+// fixRecHeader finds the one bit whose flip makes b a valid record header
+// (magic included). CRC-32C tells single-bit errors in a 48-byte header
+// apart, so the result is not a guess; anything else is left alone. The
+// scanner uses it to learn where a damaged record belongs (its chunk still
+// reads as EIO: readRecord stays strict).
+func fixRecHeader(b []byte, salt uint32, shift uint8) (rec, bool) {
+	if len(b) < recHdrSize {
+		return rec{}, false
+	}
+	h := [recHdrSize]byte(b[:recHdrSize])
+	var found rec
+	n := 0
+	for bit := 0; bit < recHdrSize*8; bit++ {
+		h[bit/8] ^= 1 << (bit % 8)
+		if r, err := parseRec(h[:], salt, shift); err == nil {
+			found = r
+			n++
+		}
+		h[bit/8] ^= 1 << (bit % 8)
+	}
+	return found, n == 1
+}
+
 const (
 	maxFileSize     = 1 << 62
 	maxIndexPayload = 1 << 30

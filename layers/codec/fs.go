@@ -48,6 +48,8 @@ type FS struct {
 	// idle are states without handles, kept loaded (the most recent last)
 	// so that opening a file again costs no index load and no decoding.
 	idle []*state
+	// claimed is the lower root directory, locked (see Claim).
+	claimed layer.File
 }
 
 // maxIdle is the number of closed files whose state is kept.
@@ -159,6 +161,9 @@ func (fs *FS) acquire(ctx context.Context, path string, lf layer.File, ro bool) 
 	fs.states[a.Ino] = st
 	fs.mu.Unlock()
 	err = st.load(ctx)
+	if err == nil && st.lost != "" {
+		err = fmt.Errorf("codec: %s: %s (cairn fsck --repair)", path, st.lost)
+	}
 	if err == nil && st.hdrStale && !st.ro && st.logEnd != 0 {
 		// After a crash: record what was replayed, so that stat is cheap.
 		err = st.sync(ctx, false, false)
@@ -288,9 +293,14 @@ func (fs *FS) Close() error {
 		st.idle, st.removed = false, true
 		delete(fs.states, st.ino)
 	}
+	claimed := fs.claimed
+	fs.claimed = nil
 	fs.mu.Unlock()
 	for _, st := range idle {
 		st.lower.Release(context.Background())
+	}
+	if claimed != nil {
+		claimed.Release(context.Background()) // the lock goes with it
 	}
 	return nil
 }

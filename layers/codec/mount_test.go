@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"cairn/fusefs"
 	"cairn/internal/fsx"
 	"cairn/internal/mounttest"
 	"cairn/layer"
@@ -202,5 +203,61 @@ func TestTimesSurvivePendingWrites(t *testing.T) {
 			}
 			check("b")
 		})
+	}
+}
+
+// getattrCounter counts the stat requests by path that reach the stack
+// (LOOKUP and GETATTR without an open file).
+type getattrCounter struct {
+	layer.Base
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *getattrCounter) Getattr(ctx context.Context, path string) (layer.Attr, error) {
+	c.mu.Lock()
+	c.n[path]++
+	c.mu.Unlock()
+	return c.Lower.Getattr(ctx, path)
+}
+
+// TestReaddirplusAttrs: `ls -l` of a codec directory is served by
+// READDIRPLUS: the attributes (logical sizes) come with the listing, and
+// stat of the entries afterwards does not reach the stack again. Long cache
+// times keep the test from depending on timing.
+func TestReaddirplusAttrs(t *testing.T) {
+	ctx := context.Background()
+	lower, fs := newStack(t, "gzip", Options{FastTails: true})
+	sizes := map[string]int{}
+	if err := layer.MkdirAll(ctx, fs, "d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		name := fmt.Sprintf("d/f%d", i)
+		sizes[name] = 1000 * i
+		if err := layer.WriteFile(ctx, fs, name, bytes.Repeat([]byte("x"), 1000*i), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fs.Close()
+	// A fresh layer: sizes come from the files' headers, as after a mount.
+	top := &getattrCounter{Base: layer.Base{Lower: newStackAt(t, lower, "gzip", Options{})}, n: map[string]int{}}
+	m := mounttest.MountOpts(t, top, fusefs.Options{EntryTimeout: time.Hour, AttrTimeout: time.Hour})
+	ents, err := os.ReadDir(m.Path("d"))
+	if err != nil || len(ents) != len(sizes) {
+		t.Fatalf("readdir: %d entries, %v", len(ents), err)
+	}
+	for _, e := range ents {
+		st, err := os.Lstat(m.Path("d", e.Name()))
+		if err != nil || st.Size() != int64(sizes["d/"+e.Name()]) {
+			t.Fatalf("lstat %s: %v, %v; want size %d", e.Name(), st, err, sizes["d/"+e.Name()])
+		}
+	}
+	top.mu.Lock()
+	defer top.mu.Unlock()
+	for p, n := range top.n {
+		if _, file := sizes[p]; file {
+			t.Errorf("%s: %d stat requests after READDIRPLUS gave its attributes", p, n)
+		}
 	}
 }

@@ -49,9 +49,11 @@ type state struct {
 	nextGen  uint64
 	hdrSeq   uint64
 	ckptOff  int64
-	ckptRecs int   // records since the checkpoint (open-time replay cost)
-	live     int64 // bytes of records in chunks
-	hdrStale bool  // the header does not describe the log
+	ckptRecs int    // records since the checkpoint
+	ckptLen  int64  // their bytes: what opening replays after the checkpoint
+	live     int64  // bytes of records in chunks
+	hdrStale bool   // the header does not describe the log
+	lost     string // records known to be lost (damage): the file is not served
 
 	problems []string // found while loading (for fsck)
 	scanned  int      // records replayed while loading
@@ -67,7 +69,6 @@ type dirty struct {
 const (
 	maxDirtyBytes = 4 << 20 // dirty chunks per file before the oldest are written
 	maxCacheBytes = 1 << 20 // decoded clean chunks kept per file
-	maxDeltas     = 256
 	scanBlock     = 4 << 20
 	minCkptRecs   = 4
 	copyMaxBytes  = 16 << 20
@@ -155,23 +156,62 @@ func (s *state) load(ctx context.Context) error {
 	if !s.hdrStale && (sl.logEnd != fsize) {
 		s.hdrStale = true
 	}
+	// A sound header whose log end is the file's end was written after
+	// every record up to its generation had been written whole.
+	trusted := !s.hdrStale
 	recs, err := s.scan(ctx, base, fsize, nil)
 	if err != nil {
 		return err
 	}
 	maxGen := max(sl.gen, ckptGen)
+	validEnd := base
+	found := map[uint64]bool{}
 	var tail []srec
 	for _, r := range recs {
 		maxGen = max(maxGen, r.r.gen)
-		if r.r.gen > ckptGen && r.r.typ != recIndex {
-			tail = append(tail, r)
+		validEnd = max(validEnd, r.off+recHdrSize+int64(r.r.encLen))
+		if r.r.gen > ckptGen {
+			found[r.r.gen] = true
+			if r.r.typ != recIndex {
+				tail = append(tail, r)
+			}
+		}
+	}
+	if trusted && sl.logEnd > base {
+		// Generations are given out one by one as records are written,
+		// so every one after the checkpoint (without one: the newest)
+		// must be in the log. One that is not is a record whose header
+		// was destroyed: which chunk it changed is unknown, and serving
+		// the chunks as they were before it could give stale bytes.
+		lo := sl.gen
+		if s.ckptOff != 0 {
+			lo = ckptGen + 1
+		}
+		var missing []uint64
+		for g := lo; g <= sl.gen; g++ {
+			if !found[g] {
+				missing = append(missing, g)
+			}
+		}
+		if len(missing) > 0 {
+			s.lost = fmt.Sprintf("%d record(s) after the checkpoint are missing (generations %d to %d): their headers are damaged, and the chunks they changed are unknown", len(missing), missing[0], missing[len(missing)-1])
+			s.problems = append(s.problems, s.lost+"; --repair keeps what the other records give")
+		}
+	}
+	if validEnd < fsize && !trusted && !s.ro {
+		// A torn record at the end (a crash during an append): cut it, so
+		// that the next records do not land after a header that claims
+		// their bytes as its payload.
+		if _, err := s.lower.Setattr(ctx, &layer.SetAttr{Valid: layer.SetSize, Size: uint64(validEnd)}); err != nil {
+			return err
 		}
 	}
 	s.replay(tail)
 	s.scanned = len(tail)
 	s.ckptRecs = len(tail)
+	s.ckptLen = validEnd - base
 	s.nextGen = maxGen + 1
-	s.logEnd = fsize
+	s.logEnd = validEnd
 	s.recount()
 	return nil
 }
@@ -268,6 +308,7 @@ func (s *state) scanWith(ctx context.Context, from, end int64, salt uint32, shif
 		return 0, err
 	}
 	p := from
+	next := from // where the next record should start
 	for p+recHdrSize <= end {
 		if p < bstart || p+recHdrSize > bstart+int64(len(buf)) {
 			if err := fill(p); err != nil {
@@ -279,6 +320,13 @@ func (s *state) scanWith(ctx context.Context, from, end int64, salt uint32, shif
 		}
 		b := buf[p-bstart:]
 		r, err := parseRec(b, salt, shift)
+		if err != nil && salt != 0 && (p == next || [4]byte(b[:4]) == recMagic) {
+			// One flipped bit in a header: the record is still placed
+			// (its chunk reads as EIO) rather than lost.
+			if fixed, ok := fixRecHeader(b, salt, shift); ok {
+				r, err = fixed, nil
+			}
+		}
 		if err == nil {
 			rend := p + recHdrSize + int64(r.encLen)
 			if rend <= end {
@@ -290,11 +338,17 @@ func (s *state) scanWith(ctx context.Context, from, end int64, salt uint32, shif
 				}
 				if int64(len(b)) >= rend-p {
 					payload := b[recHdrSize : rend-p]
-					if !fn(srec{r: r, off: p, crcOK: crc(payload) == r.dataCRC}) {
+					ok := crc(payload) == r.dataCRC
+					if !fn(srec{r: r, off: p, crcOK: ok}) {
 						return skipped, nil
 					}
-					p = rend
-					continue
+					if ok {
+						p, next = rend, rend
+						continue
+					}
+					// A payload that does not check may be a record torn
+					// by a crash whose space later records reused: look
+					// for records inside it rather than skip them.
 				}
 			}
 		}
@@ -543,6 +597,11 @@ func (s *state) content(ctx context.Context, c int64) ([]byte, error) {
 	return b, nil
 }
 
+// maxDeltas is the number of fast-tail deltas a chunk may carry before it
+// is encoded whole: 256, and one per KiB of larger chunks, so that the
+// encoding of a big chunk is spread over as many appends.
+func (s *state) maxDeltas() int { return int(max(256, s.cs>>10)) }
+
 // maxDirty is the number of dirty chunks a file may hold.
 func (s *state) maxDirty() int { return max(4, int(maxDirtyBytes/s.cs)) }
 
@@ -596,9 +655,14 @@ func (s *state) dirtyChunk(ctx context.Context, c int64) (*dirty, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The decoded chunk becomes the dirty one: cached chunks are owned by
+	// the state (readers copy out of them), so it moves without a copy,
+	// which matters to appends (a copy of a whole chunk each time).
 	delete(s.cache, c)
-	d := &dirty{buf: make([]byte, len(b), s.cs), stored: len(b), orig: len(b), used: s.clock}
-	copy(d.buf, b)
+	if b == nil {
+		b = make([]byte, 0, s.cs)
+	}
+	d := &dirty{buf: b, stored: len(b), orig: len(b), used: s.clock}
 	s.dirty[c] = d
 	return d, nil
 }
@@ -670,10 +734,12 @@ func (s *state) writeSize(ctx context.Context) error {
 	s.nextGen++
 	off, err := s.appendRaw(ctx, appendRecord(nil, r, nil))
 	if err != nil {
+		s.nextGen-- // no generation without its record (see load)
 		return err
 	}
 	s.apply(r, off)
 	s.ckptRecs++
+	s.ckptLen += recHdrSize
 	return nil
 }
 
@@ -712,7 +778,7 @@ func (s *state) persist(ctx context.Context, cs []int64) error {
 			}
 		}
 		if s.fs.fastTails && c == last && int64(len(d.buf)) < s.cs && d.stored < len(d.buf) && len(d.buf) >= d.orig &&
-			nd < maxDeltas && len(d.buf)-d.stored < int(s.cs)/2 {
+			nd < s.maxDeltas() && len(d.buf)-d.stored < int(s.cs)/2 {
 			delta[i] = true
 			continue
 		}
@@ -737,6 +803,7 @@ func (s *state) persist(ctx context.Context, cs []int64) error {
 			return fmt.Errorf("codec: encoding chunk %d of %s: %w", c, s.path, errs[i])
 		}
 	}
+	gen0 := s.nextGen
 	for i, c := range cs {
 		d := s.dirty[c]
 		r := rec{codec: s.fs.kind.ID, shift: s.shift, salt: s.salt, gen: s.nextGen, arg: uint64(c)}
@@ -758,6 +825,7 @@ func (s *state) persist(ctx context.Context, cs []int64) error {
 		done = append(done, placed{c, r, off})
 	}
 	if _, err := s.lower.WriteAt(ctx, out, s.logEnd); err != nil {
+		s.nextGen = gen0
 		return err
 	}
 	s.logEnd += int64(len(out))
@@ -771,6 +839,7 @@ func (s *state) persist(ctx context.Context, cs []int64) error {
 		}
 	}
 	s.ckptRecs += len(done)
+	s.ckptLen += int64(len(out))
 	return nil
 }
 
@@ -848,7 +917,7 @@ func (s *state) truncate(ctx context.Context, n int64) error {
 		s.chunks = map[int64][]op{}
 		s.dirty = map[int64]*dirty{}
 		s.cache = map[int64][]byte{}
-		s.size, s.psize, s.logEnd, s.live, s.ckptOff, s.ckptRecs, s.hdrSeq = 0, 0, 0, 0, 0, 0, 0
+		s.size, s.psize, s.logEnd, s.live, s.ckptOff, s.ckptRecs, s.ckptLen, s.hdrSeq = 0, 0, 0, 0, 0, 0, 0, 0
 		s.hdrStale = false
 		return nil
 	}
@@ -943,7 +1012,7 @@ func (s *state) sync(ctx context.Context, durable, mayCompact bool) error {
 			return err
 		}
 	}
-	if s.ckptRecs >= max(minCkptRecs, len(s.chunks)/8) && s.ckptRecs > 0 {
+	if s.checkpointDue() {
 		if err := s.checkpoint(ctx); err != nil {
 			return err
 		}
@@ -969,15 +1038,32 @@ func (s *state) order() []int64 {
 	return cs
 }
 
+// checkpointDue says when the records since the last checkpoint are worth
+// a new one: when replaying them at open time would read more than a chunk
+// and more than the checkpoint itself would take. The log thus holds at
+// most about as many bytes of checkpoints as of other records, and small
+// appends (fast tails) do not write an index every few records.
+func (s *state) checkpointDue() bool {
+	need := int64(recHdrSize+4) + int64(len(s.chunks))*indexEntrySize
+	if s.ckptRecs < minCkptRecs || s.ckptLen < max(need, s.cs) {
+		return false
+	}
+	for _, ops := range s.chunks {
+		need += int64(len(ops)-1) * indexEntrySize // deltas and clips
+	}
+	return s.ckptLen >= need
+}
+
 // checkpoint appends an index record of the current state.
 func (s *state) checkpoint(ctx context.Context) error {
 	r := rec{typ: recIndex, shift: s.shift, salt: s.salt, gen: s.nextGen, arg: uint64(s.size)}
 	s.nextGen++
 	off, err := s.appendRaw(ctx, appendRecord(nil, r, marshalIndex(s.chunks, s.order())))
 	if err != nil {
+		s.nextGen--
 		return err
 	}
-	s.ckptOff, s.ckptRecs = off, 0
+	s.ckptOff, s.ckptRecs, s.ckptLen = off, 0, 0
 	return nil
 }
 
@@ -1006,6 +1092,14 @@ func (s *state) shouldCompact() bool {
 // file's content: see docs/codec-format.md.
 func (s *state) compact(ctx context.Context) error {
 	e := s.logEnd
+	// No generation may be given out without its record (see load): until
+	// the copies are written, a failure takes them back.
+	gen0, written := s.nextGen, false
+	defer func() {
+		if !written {
+			s.nextGen = gen0
+		}
+	}()
 	reset := rec{typ: recSize, flags: flagReset, shift: s.shift, salt: s.salt, gen: s.nextGen, arg: uint64(s.size)}
 	s.nextGen++
 	var block []byte
@@ -1054,6 +1148,7 @@ func (s *state) compact(ctx context.Context) error {
 	if _, err := s.lower.WriteAt(ctx, block, e); err != nil {
 		return err
 	}
+	written = true
 	s.logEnd = e + int64(len(block))
 	s.chunks = newChunks
 	s.recount()
