@@ -76,6 +76,13 @@ func (f *File) Setattr(ctx context.Context, in *layer.SetAttr) (layer.Attr, erro
 	rest.Valid &^= layer.SetSize
 	var a layer.Attr
 	var err error
+	if rest.Valid&setTimes != 0 {
+		// Write out what is pending first: a later write to the lower
+		// file would change the times just set (tar, cp -p, rsync).
+		if err := s.sync(ctx, false, true); err != nil {
+			return layer.Attr{}, err
+		}
+	}
 	if rest.Valid != 0 {
 		a, err = s.lower.Setattr(ctx, &rest)
 	} else {

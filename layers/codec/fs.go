@@ -445,11 +445,38 @@ func (fs *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (laye
 		}
 		in = &rest
 	}
+	if in.Valid&setTimes != 0 {
+		if err := fs.syncOpen(ctx, path); err != nil {
+			return layer.Attr{}, err
+		}
+	}
 	a, err := fs.Lower.Setattr(ctx, path, in)
 	if err != nil {
 		return a, err
 	}
 	return a, fs.logicalSize(ctx, path, &a)
+}
+
+// setTimes are the changes of times that a later write to the lower file
+// would undo.
+const setTimes = layer.SetAtime | layer.SetMtime | layer.SetAtimeNow | layer.SetMtimeNow
+
+// syncOpen writes out what an open file at path has pending, so that a
+// change of its times is not undone by a later write of the engine.
+func (fs *FS) syncOpen(ctx context.Context, path string) error {
+	la, err := fs.Lower.Getattr(ctx, path)
+	if err != nil || !la.IsRegular() {
+		return nil // the lower setattr will say what is wrong
+	}
+	fs.mu.Lock()
+	st := fs.states[la.Ino]
+	fs.mu.Unlock()
+	if st == nil {
+		return nil
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.sync(ctx, false, true)
 }
 
 func (fs *FS) Link(ctx context.Context, oldpath, newpath string) (layer.Attr, error) {

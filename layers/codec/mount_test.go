@@ -145,6 +145,67 @@ func TestSeekAndCopyRange(t *testing.T) {
 	}
 }
 
+// Times set while a file has data pending (tar and cp -p set them on the
+// open file, or by name before the release) stay set: the engine's own
+// later writes must not move the lower file's mtime.
+func TestTimesSurvivePendingWrites(t *testing.T) {
+	for _, name := range []string{"gzip", "zstd"} {
+		t.Run(name, func(t *testing.T) {
+			lower, fs := newStack(t, name, Options{ChunkSize: 4096, FastTails: true, Level: 1})
+			m := mounttest.Mount(t, fs)
+			want := time.Date(2022, 9, 3, 6, 42, 0, 0, time.UTC)
+			data := bytes.Repeat([]byte("grep source "), 1000)
+			check := func(n string) {
+				t.Helper()
+				for _, p := range []string{m.Path(n), filepath.Join(lower, n)} {
+					fi, err := os.Stat(p)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !fi.ModTime().Equal(want) {
+						t.Errorf("%s: mtime %v, want %v", p, fi.ModTime(), want)
+					}
+				}
+				got, err := os.ReadFile(m.Path(n))
+				if err != nil || !bytes.Equal(got, data) {
+					t.Errorf("%s: read back %d bytes, %v", n, len(got), err)
+				}
+			}
+			// futimens on the open file, then close.
+			f, err := os.Create(m.Path("a"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Write(data[:5000])
+			f.Write(data[5000:]) // an append: a fast tail
+			ts := []unix.Timespec{unix.NsecToTimespec(want.UnixNano()), unix.NsecToTimespec(want.UnixNano())}
+			if err := unix.UtimesNanoAt(int(f.Fd()), "", ts, unix.AT_EMPTY_PATH); err != nil {
+				if err := os.Chtimes(m.Path("a"), want, want); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			check("a")
+			// utimensat by name while another descriptor keeps it open.
+			g, err := os.Create(m.Path("b"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.Write(data[:7000])
+			g.Write(data[7000:])
+			if err := os.Chtimes(m.Path("b"), want, want); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Close(); err != nil {
+				t.Fatal(err)
+			}
+			check("b")
+		})
+	}
+}
+
 // getattrCounter counts the stat requests by path that reach the stack
 // (LOOKUP and GETATTR without an open file).
 type getattrCounter struct {
