@@ -38,26 +38,15 @@ GREP_TAR=${CAIRN_BENCH_TARBALL:-$REPO/../shared/bench/grep_3.8.orig.tar.xz}
 TAG=cairn-null-bench-$$
 MNT=/tmp/$TAG-mnt
 LOOP= IMG=
+. "$REPO/bench/lib.sh"
 cleanup() {
 	set +e
 	mountpoint -q "$MNT" && { "$REPO/bin/cairn" umount "$MNT" || umount -l "$MNT"; }
 	rmdir "$MNT" 2>/dev/null
-	if [ -n "$IMG" ]; then
-		umount "$DIR" && losetup -d "$LOOP"
-		rmdir "$DIR"; rm -f "$IMG"
-	fi
+	scratch_ext4_remove
 }
 trap cleanup EXIT
-if [ -z "$DIR" ]; then
-	IMG=${CAIRN_BENCH_IMG:-/var/tmp/cairn-bench.img}
-	[ -e "$IMG" ] && { echo "null.sh: $IMG exists; remove it or set CAIRN_BENCH_IMG" >&2; IMG=; exit 2; }
-	truncate -s 16G "$IMG"
-	mkfs.ext4 -q -F -E nodiscard,lazy_itable_init=0,lazy_journal_init=0 "$IMG"
-	LOOP=$(losetup -f --show --direct-io=on "$IMG")
-	DIR=/tmp/$TAG-ext4
-	mkdir -p "$DIR"
-	mount -o nodiscard "$LOOP" "$DIR"
-fi
+scratch_ext4 16G /var/tmp/cairn-bench.img
 W=$DIR/$TAG
 mkdir -p "$W/native" "$W/lower" "$MNT"
 
@@ -68,15 +57,8 @@ CAIRN=$REPO/bin/cairn
 # The tree: 8 copies of the grep 3.8 source (~10,000 files and directories),
 # as one uncompressed, deterministic tar so that decompression is not timed.
 TREE=$W/tree.tar
-mkdir -p "$W/stage"
-for i in 1 2 3 4 5 6 7 8; do
-	mkdir -p "$W/stage/copy$i"
-	tar -xJf "$GREP_TAR" -C "$W/stage/copy$i"
-done
-tar --sort=name --mtime=@1700000000 --owner=0 --group=0 --numeric-owner -cf "$TREE" -C "$W/stage" .
-rm -rf "$W/stage"
+grep_tree "$GREP_TAR" "$TREE"
 NFILES=$(tar -tf "$TREE" | wc -l)
-echo "tree: $NFILES entries, $(du -m "$TREE" | cut -f1) MiB" >&2
 
 cat > "$W/null.toml" <<TOML
 mount = "top"

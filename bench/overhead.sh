@@ -44,30 +44,18 @@ done
 TAG=cairn-overhead-$$
 MNT=/tmp/$TAG-mnt
 LOOP= IMG=
+. "$REPO/bench/lib.sh"
 cleanup() {
 	set +e
 	mountpoint -q "$MNT" && { "$CAIRN" umount "$MNT" || umount -l "$MNT"; }
 	rmdir "$MNT" 2>/dev/null
 	[ -n "${W:-}" ] && rm -rf "$W"
-	if [ -n "$IMG" ]; then
-		umount "$DIR" && losetup -d "$LOOP"
-		rmdir "$DIR"
-		rm -f "$IMG"
-	fi
+	scratch_ext4_remove
 }
 trap cleanup EXIT
 CAIRN=$REPO/bin/cairn
 (cd "$REPO" && go build -o bin/cairn ./cmd/cairn)
-if [ -z "$DIR" ]; then
-	IMG=${CAIRN_BENCH_IMG:-/var/tmp/cairn-overhead.img}
-	[ -e "$IMG" ] && { echo "overhead.sh: $IMG exists; remove it or set CAIRN_BENCH_IMG" >&2; IMG=; exit 2; }
-	truncate -s 8G "$IMG"
-	mkfs.ext4 -q -F -E nodiscard "$IMG"
-	LOOP=$(losetup -f --show --direct-io=on "$IMG")
-	DIR=/tmp/$TAG-ext4
-	mkdir -p "$DIR"
-	mount -o nodiscard "$LOOP" "$DIR"
-fi
+scratch_ext4 8G /var/tmp/cairn-overhead.img
 W=$DIR/$TAG
 mkdir -p "$W" "$MNT"
 cat "$TAR" >/dev/null # from the page cache from now on

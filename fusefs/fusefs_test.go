@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -619,7 +620,8 @@ func TestPrivateMountPermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	m := mounttest.MountOpts(t, null.New(l), fusefs.Options{NoPassthrough: true})
+	dirStats := &getattrCounter{Base: layer.Base{Lower: l}, path: "d"}
+	m := mounttest.MountOpts(t, dirStats, fusefs.Options{NoPassthrough: true})
 	mustWrite(t, m.Path("f"), "secret")
 	if out, err := as(1000, 1000, nil, "ls "+m.Path("")); err == nil {
 		t.Fatalf("another user listed a mount without allow_other: %s", out)
@@ -644,18 +646,40 @@ func TestPrivateMountPermissions(t *testing.T) {
 	if out, err := as(0, 0, nil, "exec "+m.Path("f")); err == nil || !strings.Contains(out, "ermission denied") {
 		t.Fatalf("exec of a mode-000 file: %v %s, want a permission error", err, out)
 	}
-	// Many creates and unlinks in one directory: each one changes the
-	// directory, and without default_permissions no GETATTR of it follows.
-	for i := 0; i < 100; i++ {
-		mustWrite(t, m.Path("d"+strings.Repeat("x", i%7)+string(rune('a'+i%26))), "y")
+	// Creates and unlinks in one directory: each one changes the
+	// directory, and with default_permissions the kernel would fetch its
+	// attributes again (a GETATTR) before the next permission check.
+	if err := os.Mkdir(m.Path("d"), 0o755); err != nil {
+		t.Fatal(err)
 	}
-	ents, _ := os.ReadDir(m.Path(""))
-	for _, e := range ents {
-		if err := os.Remove(m.Path(e.Name())); err != nil {
+	dirStats.n.Store(0)
+	const n = 100
+	for i := 0; i < n; i++ {
+		mustWrite(t, m.Path(fmt.Sprintf("d/f%d", i)), "y")
+	}
+	for i := 0; i < n; i++ {
+		if err := os.Remove(m.Path(fmt.Sprintf("d/f%d", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if ents, _ := os.ReadDir(lower); len(ents) != 0 {
-		t.Fatalf("lower not empty after removing everything: %d entries", len(ents))
+	if got := dirStats.n.Load(); got > n/10 {
+		t.Fatalf("%d creates and %d unlinks in d made %d GETATTRs of d: the kernel checks permissions itself", n, n, got)
 	}
+	if ents, _ := os.ReadDir(filepath.Join(lower, "d")); len(ents) != 0 {
+		t.Fatalf("lower d not empty after removing everything: %d entries", len(ents))
+	}
+}
+
+// getattrCounter counts the Getattr calls of one path.
+type getattrCounter struct {
+	layer.Base
+	path string
+	n    atomic.Int64
+}
+
+func (c *getattrCounter) Getattr(ctx context.Context, p string) (layer.Attr, error) {
+	if p == c.path {
+		c.n.Add(1)
+	}
+	return c.Base.Getattr(ctx, p)
 }

@@ -27,14 +27,7 @@ func writeSpec(t *testing.T, lower string) string {
 
 func cairn(t *testing.T, args ...string) (string, int) {
 	t.Helper()
-	out, err := exec.Command(mounttest.Binary(t), args...).CombinedOutput()
-	code := 0
-	if e, ok := err.(*exec.ExitError); ok {
-		code = e.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return string(out), code
+	return mounttest.Run(t, args...)
 }
 
 func TestMountDaemonAndUmount(t *testing.T) {

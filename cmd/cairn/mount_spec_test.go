@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,18 +12,8 @@ import (
 // runCairn runs the cairn binary and returns its exit code and output.
 func runCairn(t *testing.T, args ...string) (int, string) {
 	t.Helper()
-	cmd := exec.Command(mounttest.Binary(t), args...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode(), out.String()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return 0, out.String()
+	out, code := mounttest.Run(t, args...)
+	return code, out
 }
 
 func mountSource(t *testing.T, mp string) (string, bool) {

@@ -2,6 +2,7 @@ package mounttest
 
 import (
 	"bufio"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -156,4 +157,19 @@ func (p *Process) Unmount() {
 // Path joins names under the mountpoint.
 func (p *Process) Path(names ...string) string {
 	return p.Dir + "/" + strings.Join(names, "/")
+}
+
+// Run runs the cairn command (see Binary) with args and returns its
+// combined output and exit code; a command that cannot start fails t.
+func Run(t testing.TB, args ...string) (string, int) {
+	t.Helper()
+	out, err := exec.Command(Binary(t), args...).CombinedOutput()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return string(out), ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), 0
 }

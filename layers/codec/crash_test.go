@@ -186,16 +186,8 @@ func TestFsckCommand(t *testing.T) {
 	fs.Close()
 	spec := filepath.Join(t.TempDir(), "s.toml")
 	os.WriteFile(spec, []byte(fmt.Sprintf("mount = \"top\"\n[layer.base]\ntype = \"local\"\npath = %q\n[layer.top]\ntype = \"gzip\"\nover = \"base\"\n", lower)), 0o644)
-	bin := mounttest.Binary(t)
 	fsck := func(args ...string) (string, int) {
-		out, err := exec.Command(bin, append([]string{"fsck"}, append(args, spec)...)...).CombinedOutput()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return string(out), code
+		return mounttest.Run(t, append([]string{"fsck"}, append(args, spec)...)...)
 	}
 	if out, code := fsck(); code != 0 {
 		t.Fatalf("fsck of a good stack: exit %d\n%s", code, out)
@@ -231,15 +223,7 @@ func TestFsckMounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := filepath.Join(filepath.Dir(p.Dir), "spec.toml")
-	run := func(args ...string) (string, int) {
-		out, err := exec.Command(mounttest.Binary(t), args...).CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); ok {
-			return string(out), ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return string(out), 0
-	}
+	run := func(args ...string) (string, int) { return mounttest.Run(t, args...) }
 	out, code := run("fsck", spec)
 	if code != 5 || !strings.Contains(out, "unmount it first") || strings.Count(strings.TrimSpace(out), "\n") != 0 {
 		t.Fatalf("fsck of a mounted stack: exit %d, want 5 and one line\n%s", code, out)

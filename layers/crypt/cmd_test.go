@@ -2,7 +2,6 @@ package crypt
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -50,15 +49,8 @@ func (e *cmdEnv) spec(name, secret, extra string) string {
 }
 
 func (e *cmdEnv) run(args ...string) (string, int) {
-	cmd := exec.Command(e.bin, args...)
-	out, err := cmd.CombinedOutput()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		e.t.Fatal(err)
-	}
-	return string(out), code
+	e.t.Helper()
+	return mounttest.Run(e.t, args...)
 }
 
 func (e *cmdEnv) mountpoint() string {

@@ -63,11 +63,6 @@ const openFlags = unix.O_ACCMODE | unix.O_APPEND | unix.O_CREAT | unix.O_EXCL | 
 	unix.O_NONBLOCK | unix.O_DSYNC | unix.O_SYNC | unix.O_DIRECT | unix.O_NOATIME |
 	unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_PATH | unix.O_LARGEFILE
 
-// openat opens path below the root.
-func (fs *FS) openat(path string, flags int, mode uint32) (int, error) {
-	return openBeneath(fs.rootFd, path, flags, mode)
-}
-
 // openBeneath opens path below the directory dirfd.
 func openBeneath(dirfd int, path string, flags int, mode uint32) (int, error) {
 	if path == "" {
@@ -97,7 +92,7 @@ func (fs *FS) inDir(path string, fn func(dirfd int, name string) error) error {
 		return fn(fs.rootFd, name)
 	}
 	dfd, done, err := fs.dirs.get(dir, func() (int, error) {
-		return fs.openat(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+		return openBeneath(fs.rootFd, dir, unix.O_PATH|unix.O_DIRECTORY, 0)
 	})
 	if err != nil {
 		return err
@@ -215,7 +210,7 @@ func fchmodat2(dfd int, name string, mode uint32, flags int) error {
 }
 
 func (fs *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirEntry, error) {
-	fd, err := fs.openat(path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	fd, err := fs.openIn(path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -458,7 +453,7 @@ func (fs *FS) Statfs(ctx context.Context, path string) (layer.Statfs, error) {
 }
 
 func (fs *FS) SyncDir(ctx context.Context, path string) error {
-	fd, err := fs.openat(path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	fd, err := fs.openIn(path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return err
 	}
