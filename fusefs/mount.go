@@ -161,6 +161,10 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		AttrTimeout:     timeout(o.AttrTimeout, DefaultAttrTimeout),
 		NegativeTimeout: timeout(o.NegativeTimeout, DefaultNegativeTimeout),
 		RootStableAttr:  &fs.StableAttr{Mode: syscall.S_IFDIR, Ino: ra.Ino},
+		// Report the lower's permission bits exactly: without this, go-fuse
+		// turns mode 0000 into 0644 (0755 for directories), and the kernel
+		// then lets every user read a file nobody may read.
+		NullPermissions: true,
 		Logger:          log.New(&slogWriter{o.Logger}, "", 0),
 	}
 	srv, err := fs.Mount(mountpoint, st.root, opts)
