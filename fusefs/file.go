@@ -119,7 +119,8 @@ func (f *file) Setlkw(ctx context.Context, owner uint64, lk *fuse.FileLock, flag
 }
 
 // dir is an open directory. The listing is read on the first readdir and
-// again after a rewind; offsets are positions in it.
+// again after a rewind; offsets are positions in it, after "." and ".."
+// (positions 0 and 1).
 type dir struct {
 	n      *node
 	path   string
@@ -128,6 +129,9 @@ type dir struct {
 	pos    int
 	last   *layer.DirEntry
 }
+
+// dots is the number of entries before the listing: "." and "..".
+const dots = 2
 
 var (
 	_ fs.FileReaddirenter = (*dir)(nil)
@@ -155,11 +159,25 @@ func (d *dir) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
 		}
 		d.ents, d.loaded, d.pos = ents, true, 0
 	}
-	if d.pos >= len(d.ents) {
-		d.last = nil
+	d.last = nil
+	if d.pos < dots {
+		// Every Linux file system lists "." and ".." (some programs count
+		// on them): "." is this directory, ".." its parent, and the root's
+		// parent is the root, as on any file system's root directory.
+		self, name := &d.n.Inode, "."
+		if d.pos == 1 {
+			name = ".."
+			if _, p := self.Parent(); p != nil && !self.IsRoot() {
+				self = p
+			}
+		}
+		d.pos++
+		return &fuse.DirEntry{Name: name, Mode: syscall.S_IFDIR, Ino: self.StableAttr().Ino, Off: uint64(d.pos)}, 0
+	}
+	if d.pos-dots >= len(d.ents) {
 		return nil, 0
 	}
-	e := &d.ents[d.pos]
+	e := &d.ents[d.pos-dots]
 	d.pos++
 	d.last = e
 	return &fuse.DirEntry{Name: e.Name, Mode: e.Mode, Ino: e.Ino, Off: uint64(d.pos)}, 0
@@ -178,7 +196,7 @@ func (d *dir) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 		d.loaded = false
 		return 0
 	}
-	if !d.loaded || off > uint64(len(d.ents)) {
+	if !d.loaded || off > uint64(len(d.ents)+dots) {
 		return syscall.EINVAL
 	}
 	d.pos = int(off)

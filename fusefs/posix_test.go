@@ -8,10 +8,12 @@ package fusefs_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -141,6 +143,93 @@ func TestModeZero(t *testing.T) {
 		// Root still reads it (CAP_DAC_OVERRIDE), as on ext4.
 		if got := mustRead(t, s.m.Path("f")); got != "secret" {
 			t.Errorf("root read %q", got)
+		}
+	})
+}
+
+// getdents lists a directory with getdents64 itself (os.ReadDir hides "."
+// and ".."): names and inode numbers, in order.
+func getdents(t *testing.T, dir string) (names []string, inos map[string]uint64) {
+	t.Helper()
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	inos = map[string]uint64{}
+	buf := make([]byte, 8192)
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return names, inos
+		}
+		for b := buf[:n]; len(b) > 0; {
+			ino := *(*uint64)(unsafe.Pointer(&b[0]))
+			reclen := int(*(*uint16)(unsafe.Pointer(&b[16])))
+			name := string(b[19:reclen])
+			name = name[:strings.IndexByte(name, 0)]
+			b = b[reclen:]
+			names = append(names, name)
+			inos[name] = ino
+		}
+	}
+}
+
+func statIno(t *testing.T, p string) uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
+}
+
+// TestDotAndDotDot: getdents returns "." and ".." with the directory's and
+// its parent's inode numbers, as ext4 does (xfstests counts them: a
+// directory of N entries lists N+2).
+func TestDotAndDotDot(t *testing.T) {
+	eachStack(t, func(t *testing.T, s posixStack) {
+		n := 300
+		if s.name == "null" {
+			n = 5000
+		}
+		if err := os.MkdirAll(s.m.Path("a/b"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			fd, err := unix.Open(s.m.Path("a/b", fmt.Sprint("f", i)), unix.O_CREAT|unix.O_WRONLY, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			unix.Close(fd)
+		}
+		names, inos := getdents(t, s.m.Path("a/b"))
+		if len(names) != n+2 {
+			t.Errorf("a/b of %d entries lists %d", n, len(names))
+		}
+		if len(names) < 2 || names[0] != "." || names[1] != ".." {
+			t.Fatalf("listing does not start with . and ..: %q", names[:min(len(names), 3)])
+		}
+		if inos["."] != statIno(t, s.m.Path("a/b")) || inos[".."] != statIno(t, s.m.Path("a")) {
+			t.Errorf(". is %d (want %d), .. is %d (want %d)", inos["."], statIno(t, s.m.Path("a/b")), inos[".."], statIno(t, s.m.Path("a")))
+		}
+		for i := range n {
+			if _, ok := inos[fmt.Sprint("f", i)]; !ok {
+				t.Fatalf("f%d missing from the listing", i)
+			}
+		}
+		// The root: ".." is the root itself, as on any file system's root.
+		names, inos = getdents(t, s.m.Dir)
+		if names[0] != "." || names[1] != ".." || inos["."] != statIno(t, s.m.Dir) || inos[".."] != inos["."] {
+			t.Errorf("root listing %q, inodes %v (root is %d)", names, inos, statIno(t, s.m.Dir))
+		}
+		// `ls -a` as another user sees them too (READDIRPLUS).
+		out, err := nobody.Sh(t, s.m.Path("a"), "ls -a")
+		if err != nil || out != ".\n..\nb\n" {
+			t.Errorf("ls -a as uid 65534: %v %q", err, out)
 		}
 	})
 }
