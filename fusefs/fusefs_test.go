@@ -559,13 +559,53 @@ func TestChownDropsSetid(t *testing.T) {
 	m, lower := nullStack(t)
 	os.Mkdir(m.Path("u"), 0o777)
 	unix.Chmod(m.Path("u"), 0o777)
-	if out, err := as(1000, 1000, []uint32{3000}, "echo x > "+m.Path("u/prog")+" && chmod 6775 "+m.Path("u/prog")+" && chgrp 3000 "+m.Path("u/prog")); err != nil {
-		t.Fatalf("%v %s", err, out)
+	lowerMode := func(name string) (uint32, uint32) {
+		t.Helper()
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(lower, "u", name), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Mode & 07777, st.Gid
 	}
-	var st unix.Stat_t
-	unix.Stat(filepath.Join(lower, "u/prog"), &st)
-	if st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 || st.Gid != 3000 {
-		t.Fatalf("after an unprivileged chgrp the mode is %o, gid %d: set-id bits must be dropped", st.Mode, st.Gid)
+	// Each case: a user makes the file set-id (checked), then a change by
+	// an unprivileged user must drop the bits, in the mount and the lower.
+	for _, c := range []struct {
+		name, setup, change string
+		want                uint32
+	}{
+		{"chgrp", "chmod 6775 prog", "chgrp 3000 prog", 0o775},
+		{"chmod by a non-member", "chmod 6775 prog && chgrp 3000 prog && chmod 6775 prog", "", 0},
+		{"write by another user", "chmod 6777 prog", "65534:echo y >> prog", 0o777},
+		{"truncate by another user", "chmod 6777 prog", "65534:truncate -s 1 prog", 0o777},
+		{"open O_TRUNC by another user", "chmod 6777 prog", "65534:: > prog", 0o777},
+	} {
+		os.Remove(m.Path("u/prog"))
+		if out, err := as(1000, 1000, []uint32{3000}, "cd "+m.Path("u")+" && echo x > prog && "+c.setup); err != nil {
+			t.Fatalf("%s: %v %s", c.name, err, out)
+		}
+		if mode, _ := lowerMode("prog"); mode&(unix.S_ISUID|unix.S_ISGID) != unix.S_ISUID|unix.S_ISGID {
+			t.Fatalf("%s: the set-id bits were not set before the test: mode %04o", c.name, mode)
+		}
+		if c.change == "" {
+			// chmod g+s by the owner, who is no longer in the file's group.
+			if out, err := as(1000, 1000, nil, "chmod 2775 "+m.Path("u/prog")); err != nil {
+				t.Fatalf("%s: %v %s", c.name, err, out)
+			}
+			c.want = 0o775
+		} else if u, script, ok := strings.Cut(c.change, ":"); ok && u == "65534" {
+			if out, err := as(65534, 65534, nil, "cd "+m.Path("u")+" && "+script); err != nil {
+				t.Fatalf("%s: %v %s", c.name, err, out)
+			}
+		} else if out, err := as(1000, 1000, []uint32{3000}, "cd "+m.Path("u")+" && "+c.change); err != nil {
+			t.Fatalf("%s: %v %s", c.name, err, out)
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(m.Path("u/prog"), &st); err != nil {
+			t.Fatal(err)
+		}
+		if mode, _ := lowerMode("prog"); mode != c.want || st.Mode&07777 != c.want {
+			t.Errorf("%s: mode %04o in the mount, %04o in the lower, want %04o: the set-id bits must be dropped", c.name, st.Mode&07777, mode, c.want)
+		}
 	}
 }
 

@@ -132,9 +132,10 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		// FUSE asks for security.capability before every write; the
 		// answer is always "none" for us, so let go-fuse give it.
 		IgnoreSecurityLabels: true,
-		// The lower file system drops suid/sgid and file capabilities on
-		// write, truncate and chown by itself; saying so spares a
-		// GETXATTR security.capability round trip before those.
+		// We drop set-id bits ourselves (node.Setattr, killPrivs): the
+		// daemon writes to the lower as root, so the lower never does.
+		// Saying so also spares a GETXATTR security.capability round trip
+		// before every write (the kernel marks inodes S_NOSEC).
 		ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2,
 		// A bug in a layer must not take the mount down: the request
 		// fails with EIO and the operator gets the stack.

@@ -192,23 +192,89 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		sa.Valid |= layer.SetMtime
 		sa.Mtime = layer.Time{Sec: int64(in.Mtime), Nsec: int64(in.Mtimensec)}
 	}
-	var a layer.Attr
-	var err error
+	cctx := callerCtx(ctx)
+	fh, _ := f.(*file)
 	p := ""
-	if fh, ok := f.(*file); ok {
-		a, err = fh.f.Setattr(callerCtx(ctx), &sa)
-	} else {
+	if fh == nil {
 		var ok bool
 		if p, ok = n.path(); !ok {
 			return syscall.ENOENT
 		}
-		a, err = n.st.top.Setattr(callerCtx(ctx), p, &sa)
+	}
+	getattr := func() (layer.Attr, error) {
+		if fh != nil {
+			return fh.f.Getattr(cctx)
+		}
+		return n.st.top.Getattr(cctx, p)
+	}
+	if killPrivs(in) && sa.Valid&layer.SetMode == 0 {
+		a, err := getattr()
+		if err != nil {
+			return n.st.errno("setattr", p, err)
+		}
+		if m, kill := withoutSetid(a, layer.CallerOf(cctx)); kill {
+			sa.Valid |= layer.SetMode
+			sa.Mode = m
+		}
+	}
+	var a layer.Attr
+	var err error
+	if fh != nil {
+		a, err = fh.f.Setattr(cctx, &sa)
+	} else {
+		a, err = n.st.top.Setattr(cctx, p, &sa)
 	}
 	if err != nil {
 		return n.st.errno("setattr", p, err)
 	}
 	fillAttr(&a, &out.Attr)
 	return 0
+}
+
+// killPrivs says whether a SETATTR asks the file system to drop set-id
+// bits (FUSE_HANDLE_KILLPRIV_V2, negotiated in Mount). The kernel leaves it
+// to us: the daemon writes to the lower as root, with CAP_FSETID, so the
+// lower never drops them by itself. Two forms arrive:
+//   - FATTR_KILL_SUIDGID, with a truncate or a chown by a caller without
+//     CAP_FSETID (the kernel sets it whatever the mode);
+//   - a SETATTR that changes nothing: the kernel's file_remove_privs before
+//     a write (cached or passed through), fallocate, punch hole or zero
+//     range, sent only when the kernel has found that the caller lacks
+//     CAP_FSETID and the file has bits to lose. (The WRITE that follows
+//     also carries FUSE_WRITE_KILL_SUIDGID; the bits are gone by then.)
+func killPrivs(in *fuse.SetAttrIn) bool {
+	return in.Valid&fuse.FATTR_KILL_SUIDGID != 0 ||
+		in.Valid&^(fuse.FATTR_FH|fuse.FATTR_LOCKOWNER) == 0
+}
+
+// withoutSetid is a's permission bits without the set-id bits that a change
+// by c drops, as the kernel's VFS does for every local file system: the
+// set-user-ID bit always, the set-group-ID bit when the file is group
+// executable or c is not in the file's group (and not root). It reports
+// whether anything is dropped; directories keep theirs.
+func withoutSetid(a layer.Attr, c *layer.Caller) (uint32, bool) {
+	if a.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return 0, false
+	}
+	m := a.Mode & 07777
+	m &^= syscall.S_ISUID
+	if m&syscall.S_ISGID != 0 && (m&syscall.S_IXGRP != 0 || !inGroup(c, a.Gid)) {
+		m &^= syscall.S_ISGID
+	}
+	return m, m != a.Mode&07777
+}
+
+// inGroup reports whether c is root or a member of gid.
+func inGroup(c *layer.Caller, gid uint32) bool {
+	if c.Uid == 0 || c.Gid == gid {
+		return true
+	}
+	for _, g := range c.Groups() {
+		if g == gid {
+			return true
+		}
+	}
+	return false
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {

@@ -233,3 +233,161 @@ func TestDotAndDotDot(t *testing.T) {
 		}
 	})
 }
+
+// sameAsExt4 runs script (sh, in the directory) as u on the ext4 oracle and
+// on the mount and returns both outputs; a script's failure is part of its
+// output.
+func sameAsExt4(t *testing.T, u mounttest.User, oracle, mnt, script string) (want, got string) {
+	t.Helper()
+	run := func(dir string) string {
+		out, err := u.Sh(t, dir, script)
+		if err != nil {
+			out += "exit: " + err.Error()
+		}
+		return strings.ReplaceAll(out, dir, "DIR")
+	}
+	return run(oracle), run(mnt)
+}
+
+// createModes is a Python script: with the umask in argv[2], it creates
+// every kind of object with mode 0777 in argv[1] and prints their modes.
+const createModes = `
+import os, stat, sys
+d = sys.argv[1]; os.umask(int(sys.argv[2], 8))
+os.close(os.open(d + "/f", os.O_CREAT | os.O_WRONLY, 0o777))
+os.close(os.open(d + "/g", os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o4777))
+os.mkdir(d + "/d", 0o777)
+os.mkdir(d + "/e", 0o1777)
+os.mknod(d + "/p", 0o777 | stat.S_IFIFO)
+os.mkfifo(d + "/q", 0o666)
+os.symlink("f", d + "/l")
+os.close(os.open(d + "/r0", os.O_CREAT | os.O_WRONLY, 0o777)); os.rename(d + "/r0", d + "/r")
+for n in "f g d e p q l r".split():
+    st = os.lstat(d + "/" + n)
+    print(n, oct(st.st_mode), st.st_uid, st.st_gid)
+`
+
+// TestCreateModeIsTheCallers: the mode of a new object is what the caller
+// asked for under its own umask, whatever the daemon's umask is.
+func TestCreateModeIsTheCallers(t *testing.T) {
+	mounttest.NeedRoot(t)
+	old := unix.Umask(0o077) // the daemon's own umask must not matter
+	t.Cleanup(func() { unix.Umask(old) })
+	eachStack(t, func(t *testing.T, s posixStack) {
+		oracle := ext4Dir(t)
+		for _, u := range []mounttest.User{root, nobody} {
+			for _, mask := range []string{"0", "022", "077"} {
+				name := fmt.Sprintf("u%d-%s", u.Uid, mask)
+				for _, d := range []string{oracle, s.m.Dir} {
+					if err := os.Mkdir(filepath.Join(d, name), 0o777); err != nil {
+						t.Fatal(err)
+					}
+					os.Chmod(filepath.Join(d, name), 0o777)
+				}
+				want, err1 := python(t, u, createModes, filepath.Join(oracle, name), mask)
+				got, err2 := python(t, u, createModes, s.m.Path(name), mask)
+				if err1 != nil || err2 != nil {
+					t.Fatalf("ext4: %v %s\nmount: %v %s", err1, want, err2, got)
+				}
+				if got != want {
+					t.Errorf("uid %d, umask %s:\nmount:\n%sext4:\n%s", u.Uid, mask, got, want)
+				}
+			}
+		}
+	})
+}
+
+// setidOps are what another user does to a set-id file; ext4 clears the
+// set-user-ID bit, and the set-group-ID bit of a group-executable file, on
+// each (chmod and chown by a non-member clear set-group-ID).
+var setidOps = []struct{ name, script string }{
+	{"write", `printf x >> f`},
+	{"write at 0", `printf y | dd of=f conv=notrunc status=none`},
+	{"truncate", `truncate -s 2 f`},
+	{"open O_TRUNC", `: > f`},
+	{"fallocate", `fallocate -l 8192 f`},
+	{"punch hole", `fallocate -p -o 0 -l 4096 f`},
+	{"zero range", `fallocate -z -o 0 -l 4096 f`},
+}
+
+// setidModes are the modes tried: set-group-ID without group execute is
+// kept by a write (it marks mandatory locking, not privilege).
+var setidModes = []uint32{0o6777, 0o6767, 0o4777, 0o2777, 0o2767}
+
+// setidUsers are who acts on a root-owned set-id file: another user, a
+// member of the file's group (who keeps set-group-ID of a file that is not
+// group executable), and root (who keeps everything, having CAP_FSETID).
+var setidUsers = []mounttest.User{nobody, {Uid: 65534, Gid: 65534, Groups: []uint32{0}}, root}
+
+// TestSetidClearedByOtherUsers compares the mode that writes, truncates and
+// fallocates leave on a root-owned set-id file with ext4's, for each user of
+// setidUsers, and the lower's mode too (a passed-through write goes straight
+// to it).
+func TestSetidClearedByOtherUsers(t *testing.T) {
+	mounttest.NeedRoot(t)
+	eachStack(t, func(t *testing.T, s posixStack) {
+		oracle := ext4Dir(t)
+		for _, u := range setidUsers {
+			for _, op := range setidOps {
+				for _, mode := range setidModes {
+					for _, d := range []string{oracle, s.m.Dir} {
+						setidFile(t, filepath.Join(d, "f"), mode)
+					}
+					want, got := sameAsExt4(t, u, oracle, s.m.Dir, op.script+`; stat -c %a f`)
+					if got != want {
+						t.Errorf("%s by uid %d %v on a %04o file: mount %q, ext4 %q", op.name, u.Uid, u.Groups, mode, got, want)
+					}
+					if s.name != "null" {
+						continue
+					}
+					if l := fmt.Sprintf("%o\n", lstatMode(t, filepath.Join(s.lower, "f"))&07777); !strings.HasSuffix(want, l) {
+						t.Errorf("%s by uid %d on a %04o file: lower mode %q, ext4 %q", op.name, u.Uid, mode, l, want)
+					}
+				}
+			}
+		}
+	})
+}
+
+// setidFile makes p a root-owned file of ten bytes with mode, and checks the
+// mode took (the bits were set before the test acts).
+func setidFile(t *testing.T, p string, mode uint32) {
+	t.Helper()
+	os.Remove(p)
+	mustWrite(t, p, "0123456789")
+	if err := unix.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+	if got := lstatMode(t, p) & 07777; got != mode {
+		t.Fatalf("%s: mode %04o before the test, want %04o", p, got, mode)
+	}
+}
+
+// TestSetgidClearedByOwnerNotInGroup: the owner of a file whose group it is
+// not a member of loses set-group-ID on chmod, and chown drops the set-id
+// bits, as on ext4.
+func TestSetgidClearedByOwnerNotInGroup(t *testing.T) {
+	mounttest.NeedRoot(t)
+	eachStack(t, func(t *testing.T, s posixStack) {
+		oracle := ext4Dir(t)
+		for _, script := range []string{"chmod 2755 f", "chmod 6745 f", "chmod g+s f", "chown 65534 f", "chgrp 65534 f", "chown 65534:65534 f", "printf x >> f"} {
+			for _, mode := range []uint32{0o6755, 0o2745, 0o4745} {
+				for _, d := range []string{oracle, s.m.Dir} {
+					p := filepath.Join(d, "f")
+					setidFile(t, p, mode)
+					if err := os.Chown(p, 65534, 0); err != nil {
+						t.Fatal(err)
+					}
+					unix.Chmod(p, mode) // chown dropped them
+					if got := lstatMode(t, p) & 07777; got != mode {
+						t.Fatalf("%s: mode %04o before the test, want %04o", p, got, mode)
+					}
+				}
+				want, got := sameAsExt4(t, nobody, oracle, s.m.Dir, script+`; stat -c '%a %u %g' f`)
+				if got != want {
+					t.Errorf("%q by the owner, not in the group, of a %04o file: mount %q, ext4 %q", script, mode, got, want)
+				}
+			}
+		}
+	})
+}
