@@ -136,7 +136,11 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		// daemon writes to the lower as root, so the lower never does.
 		// Saying so also spares a GETXATTR security.capability round trip
 		// before every write (the kernel marks inodes S_NOSEC).
-		ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2,
+		//
+		// CAP_DONT_MASK: the kernel sends the mode of a new object
+		// without the caller's umask, and the umask beside it; the local
+		// layer applies it unless a default ACL replaces it, as ext4 does.
+		ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_DONT_MASK,
 		// A bug in a layer must not take the mount down: the request
 		// fails with EIO and the operator gets the stack.
 		PanicHandler: func(v any) fuse.Status {
@@ -168,11 +172,44 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		NullPermissions: true,
 		Logger:          log.New(&slogWriter{o.Logger}, "", 0),
 	}
-	srv, err := fs.Mount(mountpoint, st.root, opts)
+	srv, err := fuse.NewServer(&rawFS{RawFileSystem: fs.NewNodeFS(st.root, opts), st: st}, mountpoint, &opts.MountOptions)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		srv.Unmount()
+		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
+	}
 	return &Server{Server: srv, Mountpoint: mountpoint, Passthrough: st.passthrough}, nil
+}
+
+// rawFS hands the node methods what go-fuse's node API leaves out of a
+// request: the caller's umask of a create, mkdir or mknod (CAP_DONT_MASK
+// leaves it to us, so that a default ACL of the directory can replace it).
+// It travels keyed by the request's cancel channel, which belongs to one
+// request while it is served (see state.umask).
+type rawFS struct {
+	fuse.RawFileSystem
+	st *state
+}
+
+func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	r.st.umasks.Store(cancel, in.Umask)
+	defer r.st.umasks.Delete(cancel)
+	return r.RawFileSystem.Create(cancel, in, name, out)
+}
+
+func (r *rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	r.st.umasks.Store(cancel, in.Umask)
+	defer r.st.umasks.Delete(cancel)
+	return r.RawFileSystem.Mkdir(cancel, in, name, out)
+}
+
+func (r *rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	r.st.umasks.Store(cancel, in.Umask)
+	defer r.st.umasks.Delete(cancel)
+	return r.RawFileSystem.Mknod(cancel, in, name, out)
 }
 
 // slogWriter carries go-fuse's log lines into slog.

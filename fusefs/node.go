@@ -10,6 +10,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -24,6 +25,21 @@ type state struct {
 	passthrough bool // every layer leaves data unchanged
 	log         *slog.Logger
 	root        *node
+	umasks      sync.Map // cancel channel of a request in flight → its umask (rawFS)
+}
+
+// creatorCtx is callerCtx for a request that creates an object: the caller
+// carries the umask the kernel sent with it (see rawFS).
+func (st *state) creatorCtx(ctx context.Context) context.Context {
+	fc, ok := ctx.(*fuse.Context)
+	if !ok {
+		return ctx
+	}
+	c := &layer.Caller{Uid: fc.Caller.Uid, Gid: fc.Caller.Gid, Pid: fc.Caller.Pid}
+	if u, ok := st.umasks.Load(fc.Cancel); ok {
+		c.Umask = u.(uint32) & 0o777
+	}
+	return layer.WithCaller(ctx, c)
 }
 
 type node struct {
@@ -266,15 +282,7 @@ func withoutSetid(a layer.Attr, c *layer.Caller) (uint32, bool) {
 
 // inGroup reports whether c is root or a member of gid.
 func inGroup(c *layer.Caller, gid uint32) bool {
-	if c.Uid == 0 || c.Gid == gid {
-		return true
-	}
-	for _, g := range c.Groups() {
-		if g == gid {
-			return true
-		}
-	}
-	return false
+	return c.Uid == 0 || c.InGroup(gid)
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
@@ -303,7 +311,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if !ok {
 		return nil, nil, 0, syscall.ENOENT
 	}
-	lf, a, err := n.st.top.Create(callerCtx(ctx), p, int(flags), mode)
+	lf, a, err := n.st.top.Create(n.st.creatorCtx(ctx), p, int(flags), mode)
 	if err != nil {
 		return nil, nil, 0, n.st.errno("create", p, err)
 	}
@@ -323,7 +331,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if !ok {
 		return nil, syscall.ENOENT
 	}
-	a, err := n.st.top.Mkdir(callerCtx(ctx), p, mode)
+	a, err := n.st.top.Mkdir(n.st.creatorCtx(ctx), p, mode)
 	return n.made(ctx, "mkdir", p, a, err, out)
 }
 
@@ -332,7 +340,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 	if !ok {
 		return nil, syscall.ENOENT
 	}
-	a, err := n.st.top.Mknod(callerCtx(ctx), p, mode, uint64(dev))
+	a, err := n.st.top.Mknod(n.st.creatorCtx(ctx), p, mode, uint64(dev))
 	return n.made(ctx, "mknod", p, a, err, out)
 }
 

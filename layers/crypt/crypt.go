@@ -434,8 +434,10 @@ func (fs *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, 
 		fs.dropLong(ctx, lp, long)
 		return layer.Attr{}, err
 	}
-	if a.Mode&0o7777 != mode&0o7777 {
-		if a, err = fs.Lower.Setattr(ctx, lp, &layer.SetAttr{Valid: layer.SetMode, Mode: mode & 0o7777}); err != nil {
+	// Take back only the owner bits added above: the rest is the lower's
+	// (the caller's umask or a default ACL, a set-group-ID directory's bit).
+	if extra := a.Mode & 0o300 &^ mode; extra != 0 {
+		if a, err = fs.Lower.Setattr(ctx, lp, &layer.SetAttr{Valid: layer.SetMode, Mode: a.Mode & 0o7777 &^ extra}); err != nil {
 			return a, err
 		}
 	}
