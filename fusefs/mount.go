@@ -129,9 +129,16 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		DirectMount:   true,
 		Debug:         o.Debug,
 		Logger:        log.New(&slogWriter{o.Logger}, "", 0),
-		// FUSE asks for security.capability before every write; the
-		// answer is always "none" for us, so let go-fuse give it.
-		IgnoreSecurityLabels: true,
+		// POSIX ACLs: the kernel reads them (system.posix_acl_access and
+		// _default, served by the stack like any xattr), caches them and
+		// checks them with the modes, for every user; it then applies no
+		// umask of its own (see CAP_DONT_MASK below). Only with allow_other:
+		// the kernel then checks permissions itself (default_permissions),
+		// which ACL support would otherwise impose on private mounts too.
+		// security.capability and the ACLs are served, not refused: with
+		// CAP_HANDLE_KILLPRIV_V2 the kernel no longer asks for
+		// security.capability before every write.
+		EnableAcl: o.AllowOther,
 		// We drop set-id bits ourselves (node.Setattr, killPrivs): the
 		// daemon writes to the lower as root, so the lower never does.
 		// Saying so also spares a GETXATTR security.capability round trip
