@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -128,6 +129,9 @@ type dir struct {
 	loaded bool
 	pos    int
 	last   *layer.DirEntry
+	// gone are the directory's last attributes once it has been removed
+	// or replaced (see node.dirGone).
+	gone atomic.Pointer[layer.Attr]
 }
 
 // dots is the number of entries before the listing: "." and "..".
@@ -148,7 +152,9 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 	}
 	// The kernel opens only directories; the listing, read on the first
 	// readdir, reports a directory that has gone.
-	return &dir{n: n, path: p}, 0, 0
+	d := &dir{n: n, path: p}
+	n.st.dirOpened(d)
+	return d, 0, 0
 }
 
 func (d *dir) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
@@ -207,4 +213,4 @@ func (d *dir) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
 	return d.n.st.errno("fsyncdir", d.path, d.n.st.top.SyncDir(callerCtx(ctx), d.path))
 }
 
-func (d *dir) Releasedir(ctx context.Context, releaseFlags uint32) {}
+func (d *dir) Releasedir(ctx context.Context, releaseFlags uint32) { d.n.st.dirClosed(d) }

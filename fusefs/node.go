@@ -15,6 +15,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"cairn/layer"
 )
@@ -26,6 +27,71 @@ type state struct {
 	log         *slog.Logger
 	root        *node
 	umasks      sync.Map // cancel channel of a request in flight → its umask (rawFS)
+
+	dirsMu   sync.Mutex
+	openDirs map[*node][]*dir // open directory handles, for dirGone
+}
+
+// dirOpened and dirClosed keep state.openDirs.
+func (st *state) dirOpened(d *dir) {
+	st.dirsMu.Lock()
+	if st.openDirs == nil {
+		st.openDirs = map[*node][]*dir{}
+	}
+	st.openDirs[d.n] = append(st.openDirs[d.n], d)
+	st.dirsMu.Unlock()
+}
+
+func (st *state) dirClosed(d *dir) {
+	st.dirsMu.Lock()
+	ds := st.openDirs[d.n]
+	for i := range ds {
+		if ds[i] == d {
+			ds = append(ds[:i], ds[i+1:]...)
+			break
+		}
+	}
+	if len(ds) == 0 {
+		delete(st.openDirs, d.n)
+	} else {
+		st.openDirs[d.n] = ds
+	}
+	st.dirsMu.Unlock()
+}
+
+// dirGone prepares for the removal of the child name of n (rmdir, or a
+// rename over it): if it is a directory that is open, it returns a function
+// that, once the removal succeeded, gives its open handles the attributes
+// it had, with no links left, so that fstat of them still answers as on
+// ext4 (the kernel asks, and the path no longer leads to it). It costs a
+// Getattr only when such a directory is open.
+func (n *node) dirGone(ctx context.Context, name, p string) func() {
+	ch := n.GetChild(name)
+	if ch == nil {
+		return func() {}
+	}
+	cn, ok := ch.Operations().(*node)
+	if !ok {
+		return func() {}
+	}
+	n.st.dirsMu.Lock()
+	open := len(n.st.openDirs[cn]) > 0
+	n.st.dirsMu.Unlock()
+	if !open {
+		return func() {}
+	}
+	a, err := n.st.top.Getattr(ctx, p)
+	if err != nil || !a.IsDir() {
+		return func() {}
+	}
+	a.Nlink = 0
+	return func() {
+		n.st.dirsMu.Lock()
+		for _, d := range n.st.openDirs[cn] {
+			d.gone.Store(&a)
+		}
+		n.st.dirsMu.Unlock()
+	}
 }
 
 // creatorCtx is callerCtx for a request that creates an object: the caller
@@ -160,6 +226,10 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	var a layer.Attr
 	var err error
 	p := ""
+	if d, ok := f.(*dir); ok && d.gone.Load() != nil {
+		fillAttr(d.gone.Load(), &out.Attr)
+		return 0
+	}
 	if fh, ok := f.(*file); ok {
 		a, err = fh.f.Getattr(callerCtx(ctx))
 	} else {
@@ -392,7 +462,12 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if !ok {
 		return syscall.ENOENT
 	}
-	return n.st.errno("rmdir", p, n.st.top.Rmdir(callerCtx(ctx), p))
+	gone := n.dirGone(callerCtx(ctx), name, p)
+	err := n.st.top.Rmdir(callerCtx(ctx), p)
+	if err == nil {
+		gone()
+	}
+	return n.st.errno("rmdir", p, err)
 }
 
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
@@ -405,7 +480,15 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if !ok1 || !ok2 {
 		return syscall.ENOENT
 	}
-	return n.st.errno("rename", old, n.st.top.Rename(callerCtx(ctx), old, nw, flags))
+	gone := func() {}
+	if flags&unix.RENAME_EXCHANGE == 0 {
+		gone = np.dirGone(callerCtx(ctx), newName, nw)
+	}
+	err := n.st.top.Rename(callerCtx(ctx), old, nw, flags)
+	if err == nil {
+		gone()
+	}
+	return n.st.errno("rename", old, err)
 }
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
