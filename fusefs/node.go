@@ -364,7 +364,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if err != nil {
 		return nil, 0, n.st.errno("open", p, err)
 	}
-	return n.st.newFile(lf, p), n.st.openFlags(lf), 0
+	return n.st.newFile(lf, p, &n.Inode, flags), n.st.openFlags(lf), 0
 }
 
 // openFlags keeps the kernel's page cache across opens of a file that says
@@ -385,7 +385,8 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if err != nil {
 		return nil, nil, 0, n.st.errno("create", p, err)
 	}
-	return n.newChild(ctx, &a, out), n.st.newFile(lf, p), n.st.openFlags(lf), 0
+	ch := n.newChild(ctx, &a, out)
+	return ch, n.st.newFile(lf, p, ch, flags), n.st.openFlags(lf), 0
 }
 
 // made finishes an operation that creates a directory entry.

@@ -481,3 +481,32 @@ func TestFstatRemovedDirectory(t *testing.T) {
 		}
 	})
 }
+
+// TestMmapWriteTimes: a write through a shared mapping of a passed-through
+// file shows in mtime and ctime once the writer has closed the file, not an
+// attribute-cache time later (xfstests generic/080).
+func TestMmapWriteTimes(t *testing.T) {
+	s := mountStack(t, "null")
+	p := s.m.Path("f")
+	script := `xfs_io -f -c "pwrite 0 4k" -c fsync f >/dev/null && stat -c '%y %z' f && sleep 0.05 &&
+xfs_io -c "mmap 0 4k" -c "mread 0 4k" -c "mwrite 0 4k" f && stat -c '%y %z' f`
+	out, err := root.Sh(t, s.m.Dir, script)
+	if err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || lines[0] == lines[1] {
+		t.Errorf("mtime and ctime before and after a write through mmap: %q", lines)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(s.lower, "f"), &st); err != nil {
+		t.Fatal(err)
+	}
+	var mt unix.Stat_t
+	if err := unix.Stat(p, &mt); err != nil {
+		t.Fatal(err)
+	}
+	if mt.Mtim != st.Mtim || mt.Ctim != st.Ctim {
+		t.Errorf("mount times %v %v, lower %v %v", mt.Mtim, mt.Ctim, st.Mtim, st.Ctim)
+	}
+}
