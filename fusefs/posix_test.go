@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"cairn/fusefs"
 	"cairn/internal/mounttest"
 	"cairn/layer"
 	"cairn/layers/codec"
@@ -232,6 +233,32 @@ func TestDotAndDotDot(t *testing.T) {
 			t.Errorf("ls -a as uid 65534: %v %q", err, out)
 		}
 	})
+}
+
+// TestCreateModePrivateMount: a mount without allow_other (no ACL support,
+// no default_permissions) gives new objects the caller's modes too.
+func TestCreateModePrivateMount(t *testing.T) {
+	mounttest.NeedRoot(t)
+	old := unix.Umask(0o077)
+	t.Cleanup(func() { unix.Umask(old) })
+	lower := t.TempDir()
+	l, err := local.New(lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	m := mounttest.MountOpts(t, null.New(l), fusefs.Options{})
+	oracle := ext4Dir(t)
+	for _, mask := range []string{"0", "022"} {
+		for _, d := range []string{oracle, m.Dir} {
+			os.Mkdir(filepath.Join(d, mask), 0o777)
+		}
+		want, err1 := python(t, root, createModes, filepath.Join(oracle, mask), mask)
+		got, err2 := python(t, root, createModes, m.Path(mask), mask)
+		if err1 != nil || err2 != nil || got != want {
+			t.Errorf("umask %s:\nmount: %v\n%sext4: %v\n%s", mask, err2, got, err1, want)
+		}
+	}
 }
 
 // sameAsExt4 runs script (sh, in the directory) as u on the ext4 oracle and
