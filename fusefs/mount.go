@@ -147,7 +147,10 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		// CAP_DONT_MASK: the kernel sends the mode of a new object
 		// without the caller's umask, and the umask beside it; the local
 		// layer applies it unless a default ACL replaces it, as ext4 does.
-		ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_DONT_MASK,
+		//
+		// CAP_SETXATTR_EXT: a SETXATTR of an access ACL says when the
+		// caller may not keep the set-group-ID bit (see node.Setxattr).
+		ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_DONT_MASK | fuse.CAP_SETXATTR_EXT,
 		// A bug in a layer must not take the mount down: the request
 		// fails with EIO and the operator gets the stack.
 		PanicHandler: func(v any) fuse.Status {
@@ -193,29 +196,38 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 
 // rawFS hands the node methods what go-fuse's node API leaves out of a
 // request: the caller's umask of a create, mkdir or mknod (CAP_DONT_MASK
-// leaves it to us, so that a default ACL of the directory can replace it).
-// It travels keyed by the request's cancel channel, which belongs to one
-// request while it is served (see state.umask).
+// leaves it to us, so that a default ACL of the directory can replace it),
+// and the flags of a SETXATTR (CAP_SETXATTR_EXT). They travel keyed by the
+// request's cancel channel, which belongs to one request while it is served
+// (see state.extras).
 type rawFS struct {
 	fuse.RawFileSystem
 	st *state
 }
 
 func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
-	r.st.umasks.Store(cancel, in.Umask)
-	defer r.st.umasks.Delete(cancel)
+	r.st.extras.Store(cancel, in.Umask)
+	defer r.st.extras.Delete(cancel)
 	return r.RawFileSystem.Create(cancel, in, name, out)
 }
 
 func (r *rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
-	r.st.umasks.Store(cancel, in.Umask)
-	defer r.st.umasks.Delete(cancel)
+	r.st.extras.Store(cancel, in.Umask)
+	defer r.st.extras.Delete(cancel)
 	return r.RawFileSystem.Mkdir(cancel, in, name, out)
 }
 
+func (r *rawFS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
+	if in.SetXAttrFlags != 0 {
+		r.st.extras.Store(cancel, in.SetXAttrFlags)
+		defer r.st.extras.Delete(cancel)
+	}
+	return r.RawFileSystem.SetXAttr(cancel, in, attr, data)
+}
+
 func (r *rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
-	r.st.umasks.Store(cancel, in.Umask)
-	defer r.st.umasks.Delete(cancel)
+	r.st.extras.Store(cancel, in.Umask)
+	defer r.st.extras.Delete(cancel)
 	return r.RawFileSystem.Mknod(cancel, in, name, out)
 }
 

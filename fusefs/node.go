@@ -26,7 +26,10 @@ type state struct {
 	passthrough bool // every layer leaves data unchanged
 	log         *slog.Logger
 	root        *node
-	umasks      sync.Map // cancel channel of a request in flight → its umask (rawFS)
+	// extras maps the cancel channel of a request in flight to what rawFS
+	// found in it: the umask of a create, mkdir or mknod, the SETXATTR
+	// flags of a setxattr.
+	extras sync.Map
 
 	dirsMu   sync.Mutex
 	openDirs map[*node][]*dir // open directory handles, for dirGone
@@ -102,7 +105,7 @@ func (st *state) creatorCtx(ctx context.Context) context.Context {
 		return ctx
 	}
 	c := &layer.Caller{Uid: fc.Caller.Uid, Gid: fc.Caller.Gid, Pid: fc.Caller.Pid}
-	if u, ok := st.umasks.Load(fc.Cancel); ok {
+	if u, ok := st.extras.Load(fc.Cancel); ok {
 		c.Umask = u.(uint32) & 0o777
 	}
 	return layer.WithCaller(ctx, c)
@@ -509,7 +512,26 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if !ok {
 		return syscall.ENOENT
 	}
-	return n.st.errno("setxattr", p, n.st.top.Setxattr(callerCtx(ctx), p, attr, data, int(flags)))
+	cctx := callerCtx(ctx)
+	if err := n.st.top.Setxattr(cctx, p, attr, data, int(flags)); err != nil {
+		return n.st.errno("setxattr", p, err)
+	}
+	// An access ACL set by a caller outside the file's group (and without
+	// CAP_FSETID) drops the set-group-ID bit, as posix_acl_update_mode does
+	// on every local file system; the daemon set it as root, so the lower
+	// kept the bit. The kernel says so with SETXATTR_ACL_KILL_SGID.
+	if fc, ok := ctx.(*fuse.Context); ok {
+		if f, ok := n.st.extras.Load(fc.Cancel); ok && f.(uint32)&fuse.SETXATTR_ACL_KILL_SGID != 0 {
+			a, err := n.st.top.Getattr(cctx, p)
+			if err == nil && a.Mode&syscall.S_ISGID != 0 {
+				_, err = n.st.top.Setattr(cctx, p, &layer.SetAttr{Valid: layer.SetMode, Mode: a.Mode & 07777 &^ syscall.S_ISGID})
+			}
+			if err != nil {
+				return n.st.errno("setxattr", p, err)
+			}
+		}
+	}
+	return 0
 }
 
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {

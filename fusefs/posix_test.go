@@ -538,3 +538,32 @@ xfs_io -c "mmap 0 4k" -c "mread 0 4k" -c "mwrite 0 4k" f && stat -c '%y %z' f`
 		t.Errorf("mount times %v %v, lower %v %v", mt.Mtim, mt.Ctim, st.Mtim, st.Ctim)
 	}
 }
+
+// TestSetfaclDropsSetgid: an owner outside the file's group who sets an
+// access ACL loses the set-group-ID bit, as on ext4 (xfstests generic/375).
+func TestSetfaclDropsSetgid(t *testing.T) {
+	mounttest.NeedRoot(t)
+	for _, name := range []string{"null", "zstd"} {
+		t.Run(name, func(t *testing.T) {
+			s := mountStack(t, name)
+			oracle := ext4Dir(t)
+			for _, d := range []string{oracle, s.m.Dir} {
+				p := filepath.Join(d, "f")
+				mustWrite(t, p, "x")
+				if err := os.Chown(p, 65534, 0); err != nil {
+					t.Fatal(err)
+				}
+				if err := unix.Chmod(p, 0o2770); err != nil {
+					t.Fatal(err)
+				}
+				if got := lstatMode(t, p) & 07777; got != 0o2770 {
+					t.Fatalf("%s: mode %04o before the test", p, got)
+				}
+			}
+			want, got := sameAsExt4(t, nobody, oracle, s.m.Dir, `setfacl -m u:65534:rwx,g::rw f; stat -c %a f; getfacl -n f`)
+			if got != want {
+				t.Errorf("mount:\n%s\next4:\n%s", got, want)
+			}
+		})
+	}
+}
