@@ -567,3 +567,25 @@ func TestSetfaclDropsSetgid(t *testing.T) {
 		})
 	}
 }
+
+// TestSetgidDirectoryInherited: a directory made in a set-group-ID
+// directory takes its group and the bit, as on ext4 (xfstests; crypt used
+// to take the bit away when it set the mode it had been asked for).
+func TestSetgidDirectoryInherited(t *testing.T) {
+	mounttest.NeedRoot(t)
+	eachStack(t, func(t *testing.T, s posixStack) {
+		oracle := ext4Dir(t)
+		for _, u := range []mounttest.User{root, nobody} {
+			script := fmt.Sprintf(`mkdir -p d%d && chgrp 65534 d%[1]d && chmod 2777 d%[1]d`, u.Uid)
+			want, got := sameAsExt4(t, root, oracle, s.m.Dir, script)
+			if got != want {
+				t.Fatalf("mount %q ext4 %q", got, want)
+			}
+			script = fmt.Sprintf(`umask 022; mkdir d%d/e && touch d%[1]d/f && stat -c '%%n %%a %%u %%g' d%[1]d/e d%[1]d/f`, u.Uid)
+			want, got = sameAsExt4(t, u, oracle, s.m.Dir, script)
+			if got != want {
+				t.Errorf("uid %d: mount %q, ext4 %q", u.Uid, got, want)
+			}
+		}
+	})
+}
