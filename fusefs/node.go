@@ -290,34 +290,49 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 			return syscall.ENOENT
 		}
 	}
-	getattr := func() (layer.Attr, error) {
+	setattr := func(ctx context.Context, sa *layer.SetAttr) (layer.Attr, error) {
 		if fh != nil {
-			return fh.f.Getattr(cctx)
+			return fh.f.Setattr(ctx, sa)
 		}
-		return n.st.top.Getattr(cctx, p)
+		return n.st.top.Setattr(ctx, p, sa)
 	}
+	// The set-id bits to drop (see killPrivs), judged on the attributes
+	// before the change, as the kernel judges them.
+	var a layer.Attr
+	var err error
+	var drop uint32
 	if killPrivs(in) && sa.Valid&layer.SetMode == 0 {
-		a, err := getattr()
+		if fh != nil {
+			a, err = fh.f.Getattr(cctx)
+		} else {
+			a, err = n.st.top.Getattr(cctx, p)
+		}
 		if err != nil {
 			return n.st.errno("setattr", p, err)
 		}
-		if m, kill := withoutSetid(a, layer.CallerOf(cctx)); kill {
-			sa.Valid |= layer.SetMode
-			sa.Mode = m
+		drop = setidToDrop(a, layer.CallerOf(cctx))
+	}
+	if sa.Valid != 0 || drop == 0 {
+		if a, err = setattr(cctx, &sa); err != nil {
+			return n.st.errno("setattr", p, err)
 		}
 	}
-	var a layer.Attr
-	var err error
-	if fh != nil {
-		a, err = fh.f.Setattr(cctx, &sa)
-	} else {
-		a, err = n.st.top.Setattr(cctx, p, &sa)
-	}
-	if err != nil {
-		return n.st.errno("setattr", p, err)
+	if a.Mode&drop != 0 {
+		// The file system's own change, not the caller's chmod: made with
+		// the daemon's identity, so that a layer's rules on who may chmod
+		// do not stop a write.
+		if a, err = setattr(daemonCtx(ctx), &layer.SetAttr{Valid: layer.SetMode, Mode: a.Mode & 07777 &^ drop}); err != nil {
+			return n.st.errno("setattr", p, err)
+		}
 	}
 	fillAttr(&a, &out.Attr)
 	return 0
+}
+
+// daemonCtx carries the daemon's own identity, for changes the file system
+// makes by itself.
+func daemonCtx(ctx context.Context) context.Context {
+	return layer.WithCaller(ctx, layer.Self())
 }
 
 // killPrivs says whether a SETATTR asks the file system to drop set-id
@@ -336,21 +351,19 @@ func killPrivs(in *fuse.SetAttrIn) bool {
 		in.Valid&^(fuse.FATTR_FH|fuse.FATTR_LOCKOWNER) == 0
 }
 
-// withoutSetid is a's permission bits without the set-id bits that a change
-// by c drops, as the kernel's VFS does for every local file system: the
-// set-user-ID bit always, the set-group-ID bit when the file is group
-// executable or c is not in the file's group (and not root). It reports
-// whether anything is dropped; directories keep theirs.
-func withoutSetid(a layer.Attr, c *layer.Caller) (uint32, bool) {
+// setidToDrop are the set-id bits of a that a change by c drops, as the
+// kernel's VFS drops them for every local file system: the set-user-ID bit
+// always, the set-group-ID bit when the file is group executable or c is
+// not in the file's group (and not root). Directories keep theirs.
+func setidToDrop(a layer.Attr, c *layer.Caller) uint32 {
 	if a.Mode&syscall.S_IFMT != syscall.S_IFREG {
-		return 0, false
+		return 0
 	}
-	m := a.Mode & 07777
-	m &^= syscall.S_ISUID
-	if m&syscall.S_ISGID != 0 && (m&syscall.S_IXGRP != 0 || !inGroup(c, a.Gid)) {
-		m &^= syscall.S_ISGID
+	drop := a.Mode & syscall.S_ISUID
+	if a.Mode&syscall.S_ISGID != 0 && (a.Mode&syscall.S_IXGRP != 0 || !inGroup(c, a.Gid)) {
+		drop |= syscall.S_ISGID
 	}
-	return m, m != a.Mode&07777
+	return drop
 }
 
 // inGroup reports whether c is root or a member of gid.
@@ -524,7 +537,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 		if f, ok := n.st.extras.Load(fc.Cancel); ok && f.(uint32)&fuse.SETXATTR_ACL_KILL_SGID != 0 {
 			a, err := n.st.top.Getattr(cctx, p)
 			if err == nil && a.Mode&syscall.S_ISGID != 0 {
-				_, err = n.st.top.Setattr(cctx, p, &layer.SetAttr{Valid: layer.SetMode, Mode: a.Mode & 07777 &^ syscall.S_ISGID})
+				_, err = n.st.top.Setattr(daemonCtx(ctx), p, &layer.SetAttr{Valid: layer.SetMode, Mode: a.Mode & 07777 &^ syscall.S_ISGID})
 			}
 			if err != nil {
 				return n.st.errno("setxattr", p, err)
