@@ -20,6 +20,7 @@ import (
 	"cairn/fusefs"
 	"cairn/internal/mounttest"
 	"cairn/layer"
+	"cairn/layers/acl"
 	"cairn/layers/codec"
 	"cairn/layers/crypt"
 	"cairn/layers/local"
@@ -588,4 +589,31 @@ func TestSetgidDirectoryInherited(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestSetidDroppedUnderAclRules: a user whom an acl layer lets write but not
+// chmod still writes to a set-id file, and the bits go: dropping them is the
+// file system's own change, not the user's chmod.
+func TestSetidDroppedUnderAclRules(t *testing.T) {
+	mounttest.NeedRoot(t)
+	lower := t.TempDir()
+	os.Chmod(lower, 0o755)
+	l, err := local.New(lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := &acl.Rules{Default: true, List: []acl.Rule{{Allow: false, Uids: []uint32{65534}, Ops: acl.Setattr}}}
+	top := acl.New(null.New(l), rules, false, false)
+	t.Cleanup(func() { layer.CloseStack(top) })
+	m := mounttest.Mount(t, top)
+	setidFile(t, m.Path("f"), 0o6777)
+	if out, err := nobody.Sh(t, m.Dir, "chmod 777 f"); err == nil {
+		t.Fatalf("the rule does not stop uid 65534's chmod: %s", out)
+	}
+	if out, err := nobody.Sh(t, m.Dir, "printf x >> f && truncate -s 3 f"); err != nil {
+		t.Fatalf("uid 65534 cannot write: %v %s", err, out)
+	}
+	if got := lstatMode(t, filepath.Join(lower, "f")) & 07777; got != 0o777 {
+		t.Errorf("lower mode %04o after uid 65534 wrote, want 0777", got)
+	}
 }
