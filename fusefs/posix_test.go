@@ -399,7 +399,8 @@ func TestSetgidClearedByOwnerNotInGroup(t *testing.T) {
 	mounttest.NeedRoot(t)
 	eachStack(t, func(t *testing.T, s posixStack) {
 		oracle := ext4Dir(t)
-		for _, script := range []string{"chmod 2755 f", "chmod 6745 f", "chmod g+s f", "chown 65534 f", "chgrp 65534 f", "chown 65534:65534 f", "printf x >> f"} {
+		for _, script := range []string{"chmod 2755 f", "chmod 6745 f", "chmod g+s f", "chown 65534 f", "chgrp 65534 f", "chown 65534:65534 f", "printf x >> f",
+			`/usr/bin/python3 -S -c 'import os; os.chown("f", -1, -1)'`} {
 			for _, mode := range []uint32{0o6755, 0o2745, 0o4745} {
 				for _, d := range []string{oracle, s.m.Dir} {
 					p := filepath.Join(d, "f")
