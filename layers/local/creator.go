@@ -29,6 +29,7 @@ type creators struct {
 	jobs    chan *job
 	quit    chan struct{}
 	running int
+	closed  bool
 }
 
 // maxCreators bounds the threads; more concurrent creates wait for one.
@@ -47,6 +48,10 @@ type job struct {
 // file-system identity.
 func (cs *creators) run(c *layer.Caller, asOwner bool, fn func() error) error {
 	cs.mu.Lock()
+	if cs.closed {
+		cs.mu.Unlock()
+		return errClosed
+	}
 	if cs.jobs == nil {
 		cs.jobs, cs.quit = make(chan *job), make(chan struct{})
 	}
@@ -78,9 +83,9 @@ func (cs *creators) run(c *layer.Caller, asOwner bool, fn func() error) error {
 func (cs *creators) close() {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
+	cs.closed = true
 	if cs.quit != nil {
 		close(cs.quit)
-		cs.jobs, cs.quit = nil, nil
 	}
 }
 
