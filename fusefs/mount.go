@@ -104,6 +104,7 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 	st := &state{
 		top:         top,
 		passthrough: !o.NoPassthrough && layer.StackChanges(top)&layer.ChangesData == 0,
+		acl:         o.AllowOther,
 		log:         o.Logger,
 	}
 	ra, err := top.Getattr(context.Background(), "")
@@ -138,7 +139,7 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		// security.capability and the ACLs are served, not refused: with
 		// CAP_HANDLE_KILLPRIV_V2 the kernel no longer asks for
 		// security.capability before every write.
-		EnableAcl: o.AllowOther,
+		EnableAcl: st.acl,
 		// We drop set-id bits ourselves (node.Setattr, killPrivs): the
 		// daemon writes to the lower as root, so the lower never does.
 		// Saying so also spares a GETXATTR security.capability round trip

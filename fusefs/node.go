@@ -24,6 +24,7 @@ import (
 type state struct {
 	top         layer.FS
 	passthrough bool // every layer leaves data unchanged
+	acl         bool // the kernel handles POSIX ACLs (allow_other mounts)
 	log         *slog.Logger
 	root        *node
 	// extras maps the cancel channel of a request in flight to what rawFS
@@ -529,6 +530,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if err := n.st.top.Setxattr(cctx, p, attr, data, int(flags)); err != nil {
 		return n.st.errno("setxattr", p, err)
 	}
+	n.aclChanged(attr)
 	// An access ACL set by a caller outside the file's group (and without
 	// CAP_FSETID) drops the set-group-ID bit, as posix_acl_update_mode does
 	// on every local file system; the daemon set it as root, so the lower
@@ -564,7 +566,21 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if !ok {
 		return syscall.ENOENT
 	}
-	return n.st.errno("removexattr", p, n.st.top.Removexattr(callerCtx(ctx), p, attr))
+	err := n.st.top.Removexattr(callerCtx(ctx), p, attr)
+	if err == nil {
+		n.aclChanged(attr)
+	}
+	return n.st.errno("removexattr", p, err)
+}
+
+// aclChanged follows a change of the xattr attr: an access ACL changes the
+// mode too (the lower derives it), and a kernel that does not handle ACLs
+// itself (a mount without allow_other) would show the old mode for the
+// attribute-cache time. Attributes only; nothing is waited for.
+func (n *node) aclChanged(attr string) {
+	if attr == "system.posix_acl_access" && !n.st.acl {
+		n.NotifyContent(-1, 0)
+	}
 }
 
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {

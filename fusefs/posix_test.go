@@ -625,3 +625,22 @@ func TestSetidDroppedUnderAclRules(t *testing.T) {
 		t.Errorf("lower mode %04o after uid 65534 wrote, want 0777", got)
 	}
 }
+
+// TestPrivateMountACLModes: on a mount without allow_other (no ACL support
+// negotiated), the mode an ACL implies is current at once after setfacl.
+func TestPrivateMountACLModes(t *testing.T) {
+	mounttest.NeedRoot(t)
+	lower := t.TempDir()
+	l, err := local.New(lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	m := mounttest.MountOpts(t, null.New(l), fusefs.Options{})
+	oracle := ext4Dir(t)
+	script := `touch f && chmod 640 f && stat -c %a f && setfacl -m u:65534:rw,m::rw f && stat -c %a f && getfacl -n f && setfacl -b f && stat -c %a f`
+	want, got := sameAsExt4(t, root, oracle, m.Dir, script)
+	if got != want {
+		t.Errorf("mount:\n%s\next4:\n%s", got, want)
+	}
+}
