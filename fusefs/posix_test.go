@@ -627,7 +627,8 @@ func TestSetidDroppedUnderAclRules(t *testing.T) {
 }
 
 // TestPrivateMountACLModes: on a mount without allow_other (no ACL support
-// negotiated), the mode an ACL implies is current at once after setfacl.
+// negotiated), the mode an ACL implies is current at once after setfacl, and
+// a default ACL replaces the umask.
 func TestPrivateMountACLModes(t *testing.T) {
 	mounttest.NeedRoot(t)
 	lower := t.TempDir()
@@ -638,7 +639,8 @@ func TestPrivateMountACLModes(t *testing.T) {
 	t.Cleanup(func() { l.Close() })
 	m := mounttest.MountOpts(t, null.New(l), fusefs.Options{})
 	oracle := ext4Dir(t)
-	script := `touch f && chmod 640 f && stat -c %a f && setfacl -m u:65534:rw,m::rw f && stat -c %a f && getfacl -n f && setfacl -b f && stat -c %a f`
+	script := `touch f && chmod 640 f && stat -c %a f && setfacl -m u:65534:rw,m::rw f && stat -c %a f && getfacl -n f && setfacl -b f && stat -c %a f
+mkdir d && setfacl -d -m u::rwx,g::rwx,o::rwx d && umask 022 && touch d/g && mkdir d/e && stat -c '%n %a' d/g d/e`
 	want, got := sameAsExt4(t, root, oracle, m.Dir, script)
 	if got != want {
 		t.Errorf("mount:\n%s\next4:\n%s", got, want)
