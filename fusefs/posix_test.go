@@ -449,7 +449,7 @@ setfacl -b f && getfacl -n f && stat -c %a f
 // derives modes from them nor lets their users create; see docs/posix.md.)
 func TestPosixACL(t *testing.T) {
 	mounttest.NeedRoot(t)
-	for _, name := range []string{"null", "zstd"} {
+	for _, name := range []string{"null", "zstd", "snoop+acl"} {
 		t.Run(name, func(t *testing.T) {
 			s := mountStack(t, name)
 			oracle := ext4Dir(t)
@@ -552,7 +552,7 @@ xfs_io -c "mmap 0 4k" -c "mread 0 4k" -c "mwrite 0 4k" f && stat -c '%y %z' f`
 // access ACL loses the set-group-ID bit, as on ext4 (xfstests generic/375).
 func TestSetfaclDropsSetgid(t *testing.T) {
 	mounttest.NeedRoot(t)
-	for _, name := range []string{"null", "zstd"} {
+	for _, name := range []string{"null", "zstd", "snoop+acl"} {
 		t.Run(name, func(t *testing.T) {
 			s := mountStack(t, name)
 			oracle := ext4Dir(t)
