@@ -368,34 +368,6 @@ func TestConcurrentWriters(t *testing.T) {
 	}
 }
 
-func TestLocks(t *testing.T) {
-	m, _ := nullStack(t)
-	mustWrite(t, m.Path("l"), "lock")
-	a, _ := os.OpenFile(m.Path("l"), os.O_RDWR, 0)
-	b, _ := os.OpenFile(m.Path("l"), os.O_RDWR, 0)
-	defer a.Close()
-	defer b.Close()
-	if err := unix.Flock(int(a.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Flock(int(b.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != unix.EWOULDBLOCK {
-		t.Fatalf("second flock: %v, want EWOULDBLOCK", err)
-	}
-	unix.Flock(int(a.Fd()), unix.LOCK_UN)
-	if err := unix.Flock(int(b.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		t.Fatalf("flock after unlock: %v", err)
-	}
-	// POSIX locks from another process conflict.
-	lk := unix.Flock_t{Type: unix.F_WRLCK, Start: 0, Len: 2}
-	if err := unix.FcntlFlock(a.Fd(), unix.F_SETLK, &lk); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("flock", "-n", "-x", m.Path("l"), "true").CombinedOutput()
-	if err == nil {
-		t.Fatalf("flock(1) got a lock held by another descriptor: %s", out)
-	}
-}
-
 func TestStatfsAndCopyFileRange(t *testing.T) {
 	m, lower := nullStack(t)
 	var a, b unix.Statfs_t
