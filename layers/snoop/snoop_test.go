@@ -258,54 +258,6 @@ func TestUsersThroughMount(t *testing.T) {
 
 func itoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
 
-// ioCounter sits under snoop and counts the reads and writes, and their
-// bytes, that pass through snoop to the lower layer.
-type ioCounter struct {
-	layer.Base
-	mu                   sync.Mutex
-	reads, writes        int
-	readBytes, wrotBytes int64
-}
-
-type ioCounterFile struct {
-	layer.BaseFile
-	c *ioCounter
-}
-
-func (c *ioCounter) Open(ctx context.Context, p string, flags int) (layer.File, error) {
-	f, err := c.Base.Open(ctx, p, flags)
-	if err != nil {
-		return nil, err
-	}
-	return &ioCounterFile{layer.BaseFile{Lower: f}, c}, nil
-}
-
-func (c *ioCounter) Create(ctx context.Context, p string, flags int, mode uint32) (layer.File, layer.Attr, error) {
-	f, a, err := c.Base.Create(ctx, p, flags, mode)
-	if err != nil {
-		return nil, a, err
-	}
-	return &ioCounterFile{layer.BaseFile{Lower: f}, c}, a, nil
-}
-
-func (f *ioCounterFile) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
-	n, err := f.BaseFile.ReadAt(ctx, p, off)
-	f.c.mu.Lock()
-	f.c.reads++
-	f.c.readBytes += int64(n)
-	f.c.mu.Unlock()
-	return n, err
-}
-
-func (f *ioCounterFile) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
-	n, err := f.BaseFile.WriteAt(ctx, p, off)
-	f.c.mu.Lock()
-	f.c.writes++
-	f.c.wrotBytes += int64(n)
-	f.c.mu.Unlock()
-	return n, err
-}
-
 // TestIOLogsEveryRead: with io = true, passthrough is refused and every
 // read and write is logged: as many records, with as many bytes, as reached
 // the layer below snoop; fsx checks that the data path is intact.
@@ -315,7 +267,7 @@ func TestIOLogsEveryRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &ioCounter{Base: layer.Base{Lower: l}}
+	c := mounttest.CountIO(l) // what passes through snoop to the lower layer
 	fs, err := snoop.New(c, snoop.Options{Log: log, IO: true, Queue: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
@@ -345,14 +297,13 @@ func TestIOLogsEveryRead(t *testing.T) {
 			t.Fatalf("%d records dropped", r.Count)
 		}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.reads < 100 || c.writes < 100 {
-		t.Fatalf("only %d reads and %d writes reached the lower layer", c.reads, c.writes)
+	cr, cw := int(c.Reads.Load()), int(c.Writes.Load())
+	if cr < 100 || cw < 100 {
+		t.Fatalf("only %d reads and %d writes reached the lower layer", cr, cw)
 	}
-	if reads != c.reads || writes != c.writes || readBytes != c.readBytes || wrotBytes != c.wrotBytes {
+	if reads != cr || writes != cw || readBytes != c.ReadBytes.Load() || wrotBytes != c.WriteBytes.Load() {
 		t.Fatalf("logged %d reads (%d bytes) and %d writes (%d bytes); the lower layer got %d reads (%d bytes) and %d writes (%d bytes)",
-			reads, readBytes, writes, wrotBytes, c.reads, c.readBytes, c.writes, c.wrotBytes)
+			reads, readBytes, writes, wrotBytes, cr, c.ReadBytes.Load(), cw, c.WriteBytes.Load())
 	}
 }
 
