@@ -1,6 +1,7 @@
 package fsx
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -230,11 +231,7 @@ func errText(err error) string {
 		return "ok"
 	}
 	var e syscall.Errno
-	if pe, ok := err.(*os.PathError); ok {
-		err = pe.Err
-	}
-	if en, ok := err.(syscall.Errno); ok {
-		e = en
+	if errors.As(err, &e) {
 		return unix.ErrnoName(e)
 	}
 	return err.Error()
