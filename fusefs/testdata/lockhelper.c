@@ -13,7 +13,7 @@
 //                         fcntl with a struct flock; TYPE is r, w or u
 //   flock X sh|ex|un|shnb|exnb
 //   lockf X tlock|lock|ulock LEN
-//   alarm N               SIGALRM in N seconds (handler without SA_RESTART)
+//   alarm MS              SIGALRM in MS milliseconds (handler without SA_RESTART)
 //   pid                   this process's pid
 // Results: "ok", "err ENAME", "pid N", and for the get commands "unlck" or
 // "TYPE START LEN pid N".
@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 static int fds[26];
@@ -131,8 +132,11 @@ int main(void) {
 			}
 			result(lockf(fds[slot(a1)], how, atoll(a3)));
 		} else if (!strcmp(op, "alarm")) {
-			alarm(atoi(a1));
-			printf("ok\n");
+			struct itimerval it;
+			memset(&it, 0, sizeof it);
+			it.it_value.tv_sec = atoi(a1) / 1000;
+			it.it_value.tv_usec = atoi(a1) % 1000 * 1000;
+			result(setitimer(ITIMER_REAL, &it, NULL));
 		} else if (!strcmp(op, "pid")) {
 			printf("pid %d\n", (int)getpid());
 		} else {
