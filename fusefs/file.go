@@ -34,9 +34,6 @@ var (
 	_ fs.FileSetattrer       = (*file)(nil)
 	_ fs.FileAllocater       = (*file)(nil)
 	_ fs.FileLseeker         = (*file)(nil)
-	_ fs.FileGetlker         = (*file)(nil)
-	_ fs.FileSetlker         = (*file)(nil)
-	_ fs.FileSetlkwer        = (*file)(nil)
 	_ fs.FilePassthroughFder = (*file)(nil)
 )
 
@@ -114,26 +111,6 @@ func (f *file) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, sy
 		return 0, f.st.errno("lseek", f.path, err)
 	}
 	return uint64(o), 0
-}
-
-func (f *file) Getlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) syscall.Errno {
-	l := layer.Lock{Start: lk.Start, End: lk.End, Type: lk.Typ, Pid: lk.Pid}
-	r, err := f.f.Getlk(callerCtx(ctx), owner, &l, flags)
-	if err != nil {
-		return f.st.errno("getlk", f.path, err)
-	}
-	*out = fuse.FileLock{Start: r.Start, End: r.End, Typ: r.Type, Pid: r.Pid}
-	return 0
-}
-
-func (f *file) Setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
-	l := layer.Lock{Start: lk.Start, End: lk.End, Type: lk.Typ, Pid: lk.Pid}
-	return f.st.errno("setlk", f.path, f.f.Setlk(callerCtx(ctx), owner, &l, flags, false))
-}
-
-func (f *file) Setlkw(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
-	l := layer.Lock{Start: lk.Start, End: lk.End, Type: lk.Typ, Pid: lk.Pid}
-	return f.st.errno("setlkw", f.path, f.f.Setlk(callerCtx(ctx), owner, &l, flags, true))
 }
 
 // dir is an open directory. The listing is read on the first readdir and

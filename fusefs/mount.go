@@ -119,13 +119,18 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 	if fsname == "" {
 		fsname = "cairn"
 	}
+	// EnableLocks stays off: without CAP_POSIX_LOCKS and CAP_FLOCK_LOCKS the
+	// kernel keeps POSIX, OFD and flock locks on the mount's inodes itself,
+	// exactly as for ext4 (owners, release on close, ranges, F_GETLK's pid,
+	// deadlock detection, waits that a signal interrupts). That is right for
+	// a mount that is the only user of its lowers (every lower today); a
+	// lower shared with other machines would need them forwarded.
 	mopts := fuse.MountOptions{
 		AllowOther:    o.AllowOther,
 		FsName:        fsname,
 		Name:          "cairn",
 		MaxWrite:      1 << 20,
 		MaxReadAhead:  1 << 20,
-		EnableLocks:   true,
 		DisableXAttrs: o.NoXattr,
 		DirectMount:   true,
 		Debug:         o.Debug,
