@@ -482,6 +482,11 @@ func (c *checker) convert(o *registry.Option, v *value) (any, error) {
 		}
 		cv = p
 	}
+	if o.Check != nil {
+		if err := o.Check(cv); err != nil {
+			return nil, fmt.Errorf("option %q: %v", o.Name, err)
+		}
+	}
 	return cv, nil
 }
 

@@ -3,7 +3,6 @@ package acl
 import (
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"os/user"
 	"slices"
@@ -111,7 +110,7 @@ func program(p string) (fileID, error) {
 	if !strings.Contains(p, "/") {
 		lp, err := exec.LookPath(p)
 		if err != nil {
-			return fileID{}, fmt.Errorf("program %q is not in PATH (%s): name it by its path", p, os.Getenv("PATH"))
+			return fileID{}, fmt.Errorf("program %q is not in PATH: name it by its path", p)
 		}
 		path = lp
 	}
@@ -229,26 +228,57 @@ func FromRegistry(rules registry.Rules, allow bool) (*Rules, error) {
 	for _, x := range rules {
 		r := Rule{Allow: x.Values.String("action") == "allow", Paths: x.Paths, Where: x.Where}
 		for _, u := range x.Values.List("users") {
-			id, err := lookup(u, func(s string) (string, error) { u, err := user.Lookup(s); return uid(u), err })
+			id, err := userID(u)
 			r.Uids, errs = append(r.Uids, id), append(errs, err)
 		}
 		for _, g := range x.Values.List("groups") {
-			id, err := lookup(g, func(s string) (string, error) { g, err := user.LookupGroup(s); return gid(g), err })
+			id, err := groupID(g)
 			r.Gids, errs = append(r.Gids, id), append(errs, err)
 		}
 		r.Procs = x.Values.List("procs")
 		for _, o := range x.Values.List("ops") {
-			i := slices.Index(classNames, o)
-			if i < 0 {
-				errs = append(errs, fmt.Errorf("rule at %s: unknown operation class %q (known: %s)", x.Where, o, strings.Join(classNames, ", ")))
+			k, err := class(o)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("rule at %s: %w", x.Where, err))
 				continue
 			}
-			r.Ops |= 1 << i
+			r.Ops |= k
 		}
 		rs.List = append(rs.List, r)
 	}
 	errs = append(errs, rs.Resolve())
 	return rs, errors.Join(errs...)
+}
+
+func userID(s string) (uint32, error) {
+	return lookup(s, func(s string) (string, error) { u, err := user.Lookup(s); return uid(u), err })
+}
+
+func groupID(s string) (uint32, error) {
+	return lookup(s, func(s string) (string, error) { g, err := user.LookupGroup(s); return gid(g), err })
+}
+
+func class(s string) (Class, error) {
+	i := slices.Index(classNames, s)
+	if i < 0 {
+		return 0, fmt.Errorf("unknown operation class %q (known: %s)", s, strings.Join(classNames, ", "))
+	}
+	return 1 << i, nil
+}
+
+// each checks every element of a list option (registry.Option.Check), so
+// that cairn check refuses what the rules' loading would.
+func each[T any](f func(string) (T, error)) func(any) error {
+	return func(v any) error {
+		l, _ := v.([]string)
+		var errs []error
+		for _, s := range l {
+			if _, err := f(s); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}
 }
 
 // lookup takes a number or a name.
