@@ -27,8 +27,8 @@
 //     change loses what the new rules take away (pages already in the
 //     kernel's cache stay readable).
 //
-// Size (Go lines without tests, comments and blank lines): 321 (acl.go,
-// rules.go, register.go); docs/snoop-acl.md compares it with FiST's Aclfs
+// Size (Go lines without tests, comments and blank lines): 488 (acl.go,
+// rules.go, procexe.go, register.go); docs/snoop-acl.md compares it with FiST's Aclfs
 // and explains the choices above at length.
 package acl
 
