@@ -139,6 +139,8 @@ func FuzzInline(f *testing.F) {
 	for _, s := range inlineSeeds {
 		f.Add(s)
 	}
+	f.Add(strings.Repeat("null,", spec.MaxDepth-1) + "null:/tmp") // one layer too deep
+	f.Add(strings.Repeat("null,", spec.MaxDepth-2) + "null:/tmp") // as deep as allowed
 	f.Fuzz(func(t *testing.T, text string) {
 		s, err := spec.ParseInline(text)
 		if s == nil {
