@@ -27,7 +27,7 @@
 //     change loses what the new rules take away (pages already in the
 //     kernel's cache stay readable).
 //
-// Size (Go lines without tests, comments and blank lines): 488 (acl.go,
+// Size (Go lines without tests, comments and blank lines): 498 (acl.go,
 // rules.go, procexe.go, register.go); docs/snoop-acl.md compares it with FiST's Aclfs
 // and explains the choices above at length.
 package acl

@@ -1,6 +1,8 @@
 package acl_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,6 +15,8 @@ import (
 // built.
 func TestCheckRefusesWhatMountWould(t *testing.T) {
 	dir := t.TempDir()
+	script := filepath.Join(dir, "script")
+	os.WriteFile(script, []byte("#!/bin/sh\necho hi\n"), 0o755)
 	text := `mount = "guard"
 [layer.data]
 type = "local"
@@ -24,7 +28,7 @@ over = "data"
 layer = "guard"
 match = "**"
 action = "deny"
-procs = ["cat", "no-such-program-cairn"]
+procs = ["cat", "no-such-program-cairn", "` + script + `"]
 users = ["no-such-user-cairn"]
 groups = ["no-such-group-cairn"]
 ops = ["reed"]
@@ -36,6 +40,7 @@ ops = ["reed"]
 	got := spec.Detail(err)
 	for _, want := range []string{
 		`acl.toml:12:9: rule for layer "guard": option "procs": program "no-such-program-cairn" is not in PATH`,
+		`program "` + script + `": ` + script + ` is a script, and a process running it is its interpreter`,
 		`acl.toml:13:9: rule for layer "guard": option "users": "no-such-user-cairn" is neither a number nor a known name`,
 		`acl.toml:14:10: rule for layer "guard": option "groups": "no-such-group-cairn" is neither a number nor a known name`,
 		`acl.toml:15:7: rule for layer "guard": option "ops": unknown operation class "reed"`,
@@ -44,7 +49,7 @@ ops = ["reed"]
 			t.Errorf("missing %q in:\n%s", want, got)
 		}
 	}
-	good := strings.NewReplacer(`, "no-such-program-cairn"`, "", "no-such-user-cairn", "nobody", "no-such-group-cairn", "0", "reed", "read").Replace(text)
+	good := strings.NewReplacer(`, "no-such-program-cairn", "`+script+`"`, "", "no-such-user-cairn", "nobody", "no-such-group-cairn", "0", "reed", "read").Replace(text)
 	if _, err := spec.Parse("acl.toml", []byte(good)); err != nil {
 		t.Errorf("good spec: %v", err)
 	}

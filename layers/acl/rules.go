@@ -3,6 +3,7 @@ package acl
 import (
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"os/user"
 	"slices"
@@ -114,12 +115,23 @@ func program(p string) (fileID, error) {
 		}
 		path = lp
 	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fileID{}, fmt.Errorf("program %q: %w", p, err)
+	}
+	defer f.Close()
 	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return fileID{}, fmt.Errorf("program %q: %w", p, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return fileID{}, fmt.Errorf("program %q: %s is not a regular file", p, path)
+	}
+	// For a script the kernel runs its interpreter: /proc/PID/exe is the
+	// interpreter's, and a rule naming the script would match no one.
+	var head [2]byte
+	if n, _ := f.ReadAt(head[:], 0); n == 2 && string(head[:]) == "#!" {
+		return fileID{}, fmt.Errorf("program %q: %s is a script, and a process running it is its interpreter: name the interpreter (which matches every script it runs)", p, path)
 	}
 	return fileID{st.Dev, st.Ino}, nil
 }
