@@ -115,6 +115,7 @@ func TestProcsByExecutable(t *testing.T) {
 	_ = lower
 	bin := t.TempDir()
 	os.Chmod(bin, 0o755)
+	os.Chmod(filepath.Dir(bin), 0o755)
 	head, err := exec.LookPath("head")
 	if err != nil {
 		t.Fatal(err)
@@ -131,9 +132,16 @@ func TestProcsByExecutable(t *testing.T) {
 		{bin + "/cat secret/f", false},
 		{bin + "/mycat secret/f", false},
 		{"cat < secret/f", false}, // the shell opens it
+		// The copies run, and read what they may:
+		{bin + "/cat pub/x", true},
+		{bin + "/mycat pub/x", true},
 	} {
 		out, err := nobody.Sh(t, m.Dir, c.script)
-		if (err == nil) != c.ok || (c.ok && out != "top secret\n") {
+		want := "top secret\n"
+		if strings.HasSuffix(c.script, "pub/x") {
+			want = "public\n"
+		}
+		if (err == nil) != c.ok || (c.ok && out != want) || (!c.ok && !strings.Contains(out, "Permission denied")) {
 			t.Errorf("uid %d: %s: %v, %q; want ok=%v", nobody.Uid, c.script, err, out, c.ok)
 		}
 	}
