@@ -42,3 +42,20 @@ func TestSpecLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckMountpoint: check with a MOUNTPOINT refuses one that mount would
+// refuse (not a directory), as mount does.
+func TestCheckMountpoint(t *testing.T) {
+	lower := t.TempDir()
+	missing := filepath.Join(t.TempDir(), "nothing")
+	want := "mountpoint " + missing + " is not a directory; create it first"
+	if out, code := cairn(t, "check", "null:"+lower, missing); code != exitSpec || !strings.Contains(out, want) {
+		t.Errorf("check: exit %d: %s", code, out)
+	}
+	if out, code := cairn(t, "mount", "null:"+lower, missing); code != exitMount || !strings.Contains(out, want) {
+		t.Errorf("mount: exit %d: %s", code, out)
+	}
+	if out, code := cairn(t, "check", "null:"+lower, t.TempDir()); code != 0 {
+		t.Errorf("check with a good mountpoint: exit %d: %s", code, out)
+	}
+}

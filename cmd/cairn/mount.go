@@ -102,8 +102,8 @@ Flags:
 	if err != nil {
 		return fail(err, exitUsage)
 	}
-	if fi, err := os.Stat(mountpoint); err != nil || !fi.IsDir() {
-		return fail(fmt.Errorf("mountpoint %s is not a directory; create it first (mkdir -p %s)", mountpoint, mountpoint), exitMount)
+	if err := mountpointDir(mountpoint); err != nil {
+		return fail(err, exitMount)
 	}
 
 	readyFd := os.Getenv(daemonEnv)
@@ -210,6 +210,15 @@ Flags:
 	srv.Wait()
 	logger.Info("unmounted", "mountpoint", mountpoint)
 	return exitOK
+}
+
+// mountpointDir reports a mountpoint that is not a directory (cairn check
+// with a MOUNTPOINT says so too).
+func mountpointDir(mp string) error {
+	if fi, err := os.Stat(mp); err != nil || !fi.IsDir() {
+		return fmt.Errorf("mountpoint %s is not a directory; create it first (mkdir -p %s)", mp, mp)
+	}
+	return nil
 }
 
 // hangup serves SIGHUP: layers reopen their own files (logs, after
