@@ -74,11 +74,13 @@ func TestUmountTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer syscall.Kill(pid, syscall.SIGCONT)
+	waitStopped(t, pid)
 	start := time.Now()
 	out, code := cairn(t, "umount", "-timeout", "500ms", mnt)
 	want := fmt.Sprintf("unmounted, but the process that served it (pid %d) is still writing out its data after 500ms", pid)
 	if code != exitFailed || !strings.Contains(out, want) {
-		t.Fatalf("umount of a stopped daemon: exit %d after %v: %s", code, time.Since(start), out)
+		log, _ := os.ReadFile(logf)
+		t.Fatalf("umount of a stopped daemon: exit %d after %v: %s\ndaemon log:\n%s", code, time.Since(start), out, log)
 	}
 	if isMounted(mnt) {
 		t.Fatal("still mounted")
@@ -87,6 +89,29 @@ func TestUmountTimeout(t *testing.T) {
 	for deadline := time.Now().Add(10 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the daemon did not exit once continued")
+		}
+	}
+}
+
+// waitStopped waits until every thread of pid is stopped: kill(2) only
+// sends the signal.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		stopped := len(tasks) > 0
+		for _, task := range tasks {
+			b, _ := os.ReadFile(task)
+			// pid (comm) STATE ...: the state follows the last ")".
+			if i := bytes.LastIndexByte(b, ')'); i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+				stopped = false
+			}
+		}
+		if stopped {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d did not stop", pid)
 		}
 	}
 }
