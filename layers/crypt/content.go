@@ -77,7 +77,14 @@ func (c *content) fileAEAD(id []byte) cipher.AEAD {
 	if err != nil {
 		panic(err)
 	}
-	return newAEAD(c.cipher, k)
+	return newAEADClear(c.cipher, k)
+}
+
+// newAEADClear is newAEAD, and clears the key (the cipher keeps its own
+// schedule).
+func newAEADClear(name string, key []byte) cipher.AEAD {
+	defer clear(key)
+	return newAEAD(name, key)
 }
 
 func newAEAD(name string, key []byte) cipher.AEAD {
@@ -117,6 +124,10 @@ func (c *content) seal(a cipher.AEAD, dst, nonce, plain, id []byte, n uint64, la
 	dst = append(dst, nonce...)
 	return a.Seal(dst, nonce, plain, aad(&ad, id, n, last))
 }
+
+// randErr is a failure of the random source: the operation fails (EIO
+// and a log line) rather than use a nonce, ID or IV that is not random.
+func randErr(err error) error { return fmt.Errorf("crypt: the random source failed: %w", err) }
 
 // errBlock is a block that does not authenticate.
 var errBlock = errors.New("block does not authenticate")

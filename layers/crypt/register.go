@@ -28,6 +28,9 @@ func init() {
 					return nil, err
 				}
 			}
+			// The secret is not needed once the volume is open: clear
+			// it (the slice is the one the spec's values hold).
+			defer clear(s)
 			return Unlock(context.Background(), l[0], s, o.String("unlock") == "masterkey", Options{})
 		},
 	})
