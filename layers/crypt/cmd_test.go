@@ -64,7 +64,7 @@ func (e *cmdEnv) mountpoint() string {
 func TestCommands(t *testing.T) {
 	e := newCmdEnv(t)
 	good := e.spec("good", "first passphrase", "")
-	fast := []string{"--kdf", "scrypt", "--scrypt-n", "1024"}
+	fast := []string{"--kdf", "scrypt", "--scrypt-n", "32768"}
 
 	// A missing configuration says where it was expected.
 	mp := e.mountpoint()

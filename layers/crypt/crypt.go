@@ -32,8 +32,9 @@ type FS struct {
 	cache *nameCache
 	rand  io.Reader
 
-	mu    sync.Mutex
-	files map[uint64]*fileState // open files, by lower inode number
+	mu      sync.Mutex
+	files   map[uint64]*fileState // open files, by lower inode number
+	pending map[uint64]bool       // journals left by a crash (journal.go), by inode
 
 	xmu    sync.Mutex
 	xnames map[string]string // xattr name -> lower name (a few: ACLs, user.*)
@@ -79,13 +80,15 @@ func New(lower layer.FS, cfg *Config, master []byte, o Options) (*FS, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &FS{
+	fs := &FS{
 		Base: layer.Base{Lower: lower}, c: c, names: nm, xattr: xn,
 		meta:  newAEADClear(cfg.Cipher, subkey(master, "meta", 32)),
 		ivKey: keep(subkey(master, "diriv", 32)),
 		cache: newNameCache(o.CacheDirs, o.CacheNames), rand: o.Rand,
 		files: map[uint64]*fileState{}, xnames: map[string]string{},
-	}, nil
+	}
+	fs.loadPending(context.Background())
+	return fs, nil
 }
 
 // Unlock reads the configuration from lower and opens it with a passphrase

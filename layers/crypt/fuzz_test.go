@@ -18,15 +18,20 @@ func fuzzContent(t testing.TB) *content {
 }
 
 func FuzzHeader(f *testing.F) {
-	f.Add(header(make([]byte, fileIDSize)))
+	f.Add(header(make([]byte, fileIDSize), formatVersion))
+	f.Add(header(bytes.Repeat([]byte{1}, fileIDSize), sparseVersion))
 	f.Add([]byte("cairnc\x00\x02"))
+	f.Add([]byte("cairnc\x00\x03" + string(make([]byte, fileIDSize))))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, h []byte) {
-		id, err := parseHeader(h)
+		id, v, err := parseHeader(h)
 		if err != nil {
 			return
 		}
-		if !bytes.Equal(header(id), h[:headerSize]) {
+		if v != formatVersion && v != sparseVersion {
+			t.Fatalf("header %x: version %d accepted", h, v)
+		}
+		if !bytes.Equal(header(id, v), h[:headerSize]) {
 			t.Fatalf("header %x parses to id %x", h, id)
 		}
 	})
@@ -37,18 +42,21 @@ func FuzzBlock(f *testing.F) {
 	id := bytes.Repeat([]byte{9}, fileIDSize)
 	a := c.fileAEAD(id)
 	nonce := make([]byte, c.ns)
-	good := c.seal(a, nil, nonce, []byte("some plaintext"), id, 3, true)
-	f.Add(good, uint64(3), true)
-	f.Add(good[:10], uint64(3), true)
-	f.Add(make([]byte, c.cbs), uint64(0), false)
-	f.Fuzz(func(t *testing.T, sealed []byte, n uint64, last bool) {
-		p, err := c.open(a, nil, sealed, id, n, last)
-		if err != nil {
-			return
+	good := c.seal(a, nil, nonce, []byte("some plaintext"), id, 3, markLast)
+	f.Add(good, uint64(3), byte(markLast))
+	f.Add(good, uint64(3), byte(markLastSparse))
+	f.Add(good[:10], uint64(3), byte(markLast))
+	f.Add(make([]byte, c.cbs), uint64(0), byte(markInner))
+	f.Fuzz(func(t *testing.T, sealed []byte, n uint64, mark byte) {
+		p, err := c.open(a, nil, sealed, id, n, mark)
+		if err == nil {
+			// Only the block that was sealed opens, at its place.
+			if !bytes.Equal(sealed, good) || n != 3 || mark != markLast || string(p) != "some plaintext" {
+				t.Fatalf("forged block opened: %x at %d (mark %d) -> %q", sealed, n, mark, p)
+			}
 		}
-		// Only the block that was sealed opens, at its place.
-		if !bytes.Equal(sealed, good) || n != 3 || !last || string(p) != "some plaintext" {
-			t.Fatalf("forged block opened: %x at %d (last %v) -> %q", sealed, n, last, p)
+		if c.isHole(sealed) && (len(sealed) != c.cbs || bytes.ContainsFunc(sealed, func(r rune) bool { return r != 0 })) {
+			t.Fatalf("%x taken for a hole", sealed)
 		}
 	})
 }
