@@ -952,36 +952,219 @@ func (f *file) Allocate(ctx context.Context, off, length int64, mode uint32) err
 		return nil
 	case unix.FALLOC_FL_KEEP_SIZE:
 		return nil
-	case unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE, unix.FALLOC_FL_ZERO_RANGE | unix.FALLOC_FL_KEEP_SIZE:
-		// No holes below: zeros are written, sealed like any data.
+	case unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE:
 		if end = min(end, size); end > off {
-			return f.write(ctx, nil, off, end-off, size, false)
+			return f.punch(ctx, off, end, size)
+		}
+		return nil
+	case unix.FALLOC_FL_ZERO_RANGE | unix.FALLOC_FL_KEEP_SIZE:
+		if end = min(end, size); end > off {
+			return f.zero(ctx, off, end, size)
 		}
 		return nil
 	case unix.FALLOC_FL_ZERO_RANGE:
-		return f.write(ctx, nil, off, length, size, false)
+		if err := f.zero(ctx, off, min(end, size), size); err != nil {
+			return err
+		}
+		if end > size {
+			return f.write(ctx, nil, size, end-size, size, false)
+		}
+		return nil
 	}
 	return syscall.EOPNOTSUPP
 }
 
-// Lseek: the layer keeps no holes, so all of a file is data.
+// zero writes sealed zeros over [off, end) inside the file, a bounded
+// number of blocks at a time (each write keeps the old blocks in memory).
+func (f *file) zero(ctx context.Context, off, end, size int64) error {
+	step := int64(maxChunk * f.fs.c.bs)
+	for ; off < end; off += step {
+		if err := f.write(ctx, nil, off, min(step, end-off), size, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// punch makes the whole blocks of [off, end) holes in the lower file (but
+// the last block of the file) and writes zeros over the rest.
+func (f *file) punch(ctx context.Context, off, end, size int64) error {
+	c := f.fs.c
+	bs := int64(c.bs)
+	final := (size - 1) / bs
+	b0, b1 := (off+bs-1)/bs, min(end/bs, final) // holes: b0..b1-1
+	if b0 >= b1 {
+		return f.zero(ctx, off, end, size)
+	}
+	id, aead, err := f.loadKey(ctx, nil)
+	if err != nil {
+		return err
+	}
+	holes, err := f.learnHoles(ctx, aead, id)
+	if err != nil {
+		return err
+	}
+	if holes != holesMaybe {
+		// The last block says first that the file may have holes: it
+		// is sealed again with that mark (through the journal).
+		if err := f.remarkLast(ctx, id, aead, size); err != nil {
+			return err
+		}
+	}
+	lo := c.blockOffset(uint64(b0))
+	err = f.lower.Allocate(ctx, lo, c.blockOffset(uint64(b1))-lo, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE)
+	if errors.Is(err, syscall.EOPNOTSUPP) {
+		return f.zero(ctx, off, end, size)
+	}
+	if err != nil {
+		return err
+	}
+	if err := f.zero(ctx, off, b0*bs, size); err != nil {
+		return err
+	}
+	return f.zero(ctx, b1*bs, end, size)
+}
+
+// remarkLast seals the last block again with the mark of a file that may
+// have holes, and gives the header the version that says so.
+func (f *file) remarkLast(ctx context.Context, id []byte, aead cipher.AEAD, size int64) error {
+	c := f.fs.c
+	bs := int64(c.bs)
+	final := (size - 1) / bs
+	lo := c.blockOffset(uint64(final))
+	oldLower := int64(c.lowerSize(uint64(size)))
+	old := make([]byte, oldLower-lo)
+	if m, err := readFull(ctx, f.lower, old, lo); err != nil {
+		return err
+	} else if m != len(old) {
+		return corruptf("/"+f.path, "the file is shorter below than its size says")
+	}
+	bp := getBuf(c.bs)
+	defer putBuf(bp)
+	plain, err := f.openBlock(ctx, aead, id, (*bp)[:0], old, final, true)
+	if err != nil {
+		return err
+	}
+	nonce := make([]byte, c.ns)
+	if _, err := io.ReadFull(c.rand, nonce); err != nil {
+		return randErr(err)
+	}
+	sealed := c.seal(aead, nil, nonce, plain, id, uint64(final), markLastSparse)
+	if err := f.writeJournal(ctx, id, oldLower, []jrec{{blk: final, sealed: old}}); err != nil {
+		return err
+	}
+	if _, err := writeFull(ctx, f.lower, header(id, sparseVersion), 0); err != nil {
+		return err
+	}
+	if _, err := writeFull(ctx, f.lower, sealed, lo); err != nil {
+		return f.undo(ctx, err, oldLower, []span{{final, final}}, [][]byte{old}, holesNone)
+	}
+	f.st.setHoles(holesMaybe)
+	return nil
+}
+
+// Lseek finds data and holes: the holes of a file are whole blocks that
+// are holes in the lower file (its last block is always data). A block
+// that the lower stores as zeros counts as data, as SEEK_DATA allows.
 func (f *file) Lseek(ctx context.Context, off int64, whence int) (int64, error) {
 	f.st.mu.Lock()
+	defer f.st.mu.Unlock()
 	size, err := f.size(ctx)
-	f.st.mu.Unlock()
 	if err != nil {
 		return 0, err
 	}
 	if off < 0 || off >= size {
 		return 0, syscall.ENXIO
 	}
-	switch whence {
-	case unix.SEEK_DATA:
-		return off, nil
-	case unix.SEEK_HOLE:
+	if whence != unix.SEEK_DATA && whence != unix.SEEK_HOLE {
+		return 0, syscall.EINVAL
+	}
+	id, aead, err := f.loadKey(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	holes, err := f.learnHoles(ctx, aead, id)
+	if err != nil {
+		return 0, err
+	}
+	c := f.fs.c
+	bs, cbs := int64(c.bs), int64(c.cbs)
+	final := (size - 1) / bs
+	if holes != holesMaybe {
+		if whence == unix.SEEK_DATA {
+			return off, nil
+		}
 		return size, nil
 	}
-	return 0, syscall.EINVAL
+	// blockAt is the block that holds lower offset lo (or starts after it).
+	blockAt := func(lo int64, up bool) int64 {
+		lo -= int64(headerSize)
+		if lo <= 0 {
+			return 0
+		}
+		if up {
+			return (lo + cbs - 1) / cbs
+		}
+		return lo / cbs
+	}
+	// stored reports whether block b is stored as zeros (a hole whose
+	// lower pages are partly allocated: its neighbours share them).
+	bp := getBuf(c.cbs)
+	defer putBuf(bp)
+	stored := func(b int64) bool {
+		if b >= final {
+			return false
+		}
+		n, err := readFull(ctx, f.lower, *bp, c.blockOffset(uint64(b)))
+		return err == nil && c.isHole((*bp)[:n])
+	}
+	blk := off / bs
+	if whence == unix.SEEK_DATA {
+		pos := c.blockOffset(uint64(blk))
+		for i := 0; ; i++ {
+			lo, err := f.lower.Lseek(ctx, pos, unix.SEEK_DATA)
+			if err != nil {
+				if errors.Is(err, syscall.ENXIO) {
+					return final * bs, nil
+				}
+				return 0, err
+			}
+			b := max(min(blockAt(lo, false), final), blk)
+			if i < 64 && stored(b) {
+				pos = c.blockOffset(uint64(b + 1))
+				continue
+			}
+			return max(off, b*bs), nil
+		}
+	}
+	if stored(blk) {
+		return off, nil
+	}
+	pos := c.blockOffset(uint64(blk))
+	for {
+		h, err := f.lower.Lseek(ctx, pos, unix.SEEK_HOLE)
+		if err != nil {
+			if errors.Is(err, syscall.ENXIO) {
+				return size, nil
+			}
+			return 0, err
+		}
+		b := max(blockAt(h, true), blk)
+		if b > blk+1 && stored(b-1) {
+			return (b - 1) * bs, nil
+		}
+		if b >= final {
+			return size, nil
+		}
+		d, err := f.lower.Lseek(ctx, h, unix.SEEK_DATA)
+		if err != nil {
+			return 0, err // the last block is data: there is some
+		}
+		if c.blockOffset(uint64(b))+cbs <= d {
+			return max(off, b*bs), nil
+		}
+		pos = d
+	}
 }
 
 // CopyFileRange copies through the plaintext.

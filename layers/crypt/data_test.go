@@ -1,0 +1,238 @@
+package crypt
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"cairn/internal/mounttest"
+	"cairn/layer"
+)
+
+// lowerFile returns the path of the only regular file of a crypt lower
+// directory (but the layer's own).
+func lowerFile(t *testing.T, dir string) string {
+	t.Helper()
+	var found []string
+	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() && fi.Name()[0] != '.' && filepath.Base(filepath.Dir(p)) != journalDir {
+			found = append(found, p)
+		}
+		return nil
+	})
+	if len(found) != 1 {
+		t.Fatalf("lower files: %v", found)
+	}
+	return found[0]
+}
+
+func allocated(t *testing.T, p string) int64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Blocks * 512
+}
+
+// TestSparseFiles: a write far past the end and truncate -s 1T leave holes
+// below, cost what they cost on ext4 (time and space), read as zeros, and
+// SEEK_DATA/SEEK_HOLE find the data; a size past what the lower (or the
+// format) can hold is EFBIG, as on ext4, and the file still reads.
+func TestSparseFiles(t *testing.T) {
+	dir, fs := stack(t)
+	m := mounttest.Mount(t, fs)
+	ext4 := t.TempDir()
+	for _, root := range []string{ext4, m.Dir} {
+		p := filepath.Join(root, "sparse")
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if _, err := f.WriteAt([]byte("hello"), 2<<30); err != nil {
+			t.Fatalf("%s: pwrite at 2 GiB: %v", root, err)
+		}
+		if err := f.Truncate(1 << 40); err != nil {
+			t.Fatalf("%s: truncate to 1 TiB: %v", root, err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%s: the sparse writes took %v", root, d)
+		}
+		fi, _ := f.Stat()
+		if fi.Size() != 1<<40 {
+			t.Fatalf("%s: size %d", root, fi.Size())
+		}
+		got := make([]byte, 8192)
+		for _, off := range []int64{0, 1 << 30, 2<<30 - 4096, 1<<40 - 8192} {
+			if _, err := f.ReadAt(got, off); err != nil {
+				t.Fatalf("%s: read at %d: %v", root, off, err)
+			}
+			want := make([]byte, len(got))
+			if off == 2<<30-4096 {
+				copy(want[4096:], "hello")
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("%s: read at %d: wrong bytes", root, off)
+			}
+		}
+		// SEEK_DATA and SEEK_HOLE find what ext4 finds.
+		d, err := unix.Seek(int(f.Fd()), 0, unix.SEEK_DATA)
+		if err != nil || d != 2<<30 {
+			t.Errorf("%s: SEEK_DATA from 0: %d %v", root, d, err)
+		}
+		if d, err = unix.Seek(int(f.Fd()), 2<<30+100, unix.SEEK_DATA); err != nil || d != 2<<30+100 {
+			t.Errorf("%s: SEEK_DATA in the data: %d %v", root, d, err)
+		}
+		if h, err := unix.Seek(int(f.Fd()), 0, unix.SEEK_HOLE); err != nil || h != 0 {
+			t.Errorf("%s: SEEK_HOLE from 0: %d %v", root, h, err)
+		}
+		if h, err := unix.Seek(int(f.Fd()), 2<<30, unix.SEEK_HOLE); err != nil || h != 2<<30+4096 {
+			t.Errorf("%s: SEEK_HOLE after the data: %d %v", root, h, err)
+		}
+		// Past what the lower file system holds (ext4: 16 TiB): EFBIG,
+		// and nothing changes.
+		_, werr := f.WriteAt([]byte("x"), 1<<62)
+		terr := f.Truncate(1 << 62)
+		if !errors.Is(werr, syscall.EFBIG) || !errors.Is(terr, syscall.EFBIG) {
+			t.Errorf("%s: write and truncate at 2^62: %v, %v (want EFBIG)", root, werr, terr)
+		}
+		if fi, _ := f.Stat(); fi.Size() != 1<<40 {
+			t.Errorf("%s: size %d after the failed calls", root, fi.Size())
+		}
+		if _, err := f.ReadAt(got, 1<<40-8192); err != nil {
+			t.Errorf("%s: the end of the file after a failed write: %v", root, err)
+		}
+		f.Close()
+	}
+	if a := allocated(t, lowerFile(t, dir)); a > 1<<20 {
+		t.Errorf("the lower file of a 1 TiB sparse file takes %d bytes", a)
+	}
+	// After a remount, the file reads the same (the holes are
+	// authenticated by its last block).
+	m.Unmount()
+	m = mounttest.Mount(t, open(t, dir))
+	b := make([]byte, 4096)
+	f, err := os.Open(m.Path("sparse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.ReadAt(b, 1<<30); err != nil || !bytes.Equal(b, make([]byte, 4096)) {
+		t.Fatalf("a hole after the remount: %v", err)
+	}
+}
+
+// TestSizeLimit: a size past the format's largest file is EFBIG from the
+// layer itself (whatever the lower could hold).
+func TestSizeLimit(t *testing.T) {
+	_, fs := stack(t)
+	ctx := context.Background()
+	f, _, err := fs.Create(ctx, "f", unix.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Release(ctx)
+	max := fs.c.maxPlain()
+	if _, err := f.WriteAt(ctx, []byte("x"), max); !errors.Is(err, syscall.EFBIG) {
+		t.Errorf("write at the largest size: %v", err)
+	}
+	if _, err := f.Setattr(ctx, &layer.SetAttr{Valid: layer.SetSize, Size: uint64(max) + 1}); !errors.Is(err, syscall.EFBIG) {
+		t.Errorf("truncate past the largest size: %v", err)
+	}
+	if c := fs.c; c.lowerSize(uint64(max)) > 1<<63-1 || c.lowerSize(uint64(max)) < 1<<62 {
+		t.Errorf("largest size %d: lower %d", max, c.lowerSize(uint64(max)))
+	}
+}
+
+// TestHolesAuthenticated: a zeroed block of a file without holes is EIO
+// (the file's last block says it has none); in a file that may have holes
+// it reads as zeros (docs/crypt.md); a sparse file's last-block mark cannot
+// be changed below.
+func TestHolesAuthenticated(t *testing.T) {
+	dir, fs := stack(t)
+	ctx := context.Background()
+	data := bytes.Repeat([]byte("0123456789abcdef"), 3*4096/16)
+	if err := layer.WriteFile(ctx, fs, "dense", data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lp := lowerFile(t, dir)
+	raw, _ := os.ReadFile(lp)
+	cbs := fs.c.cbs
+	zeroed := bytes.Clone(raw)
+	clear(zeroed[headerSize : headerSize+cbs])
+	os.WriteFile(lp, zeroed, 0o644)
+	if _, err := layer.ReadFile(ctx, open(t, dir), "dense"); !IsCorrupt(err) {
+		t.Fatalf("zeroed block of a file without holes: %v", err)
+	}
+	// Sparse: block 0 is a hole from the start.
+	os.WriteFile(lp, raw, 0o644)
+	fs2 := open(t, dir)
+	f, err := fs2.Open(ctx, "dense", unix.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(ctx, []byte("far"), 10*4096); err != nil {
+		t.Fatal(err)
+	}
+	f.Release(ctx)
+	raw2, _ := os.ReadFile(lp)
+	if string(raw2[len(headerMagic):len(headerMagic)+2]) != "\x00\x02" {
+		t.Errorf("the header of a sparse file has version %x", raw2[6:8])
+	}
+	clear(raw2[headerSize : headerSize+cbs])
+	os.WriteFile(lp, raw2, 0o644)
+	got, err := layer.ReadFile(ctx, open(t, dir), "dense")
+	want := append(append(bytes.Clone(data), make([]byte, 7*4096)...), "far"...)
+	clear(want[:4096])
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("zeroed block of a sparse file: %v", err)
+	}
+	// The header's version is a hint: version 1 on a sparse file still
+	// reads; the mark is the last block's.
+	copy(raw2[len(headerMagic):], "\x00\x01")
+	os.WriteFile(lp, raw2, 0o644)
+	if _, err := layer.ReadFile(ctx, open(t, dir), "dense"); err != nil {
+		t.Fatalf("sparse file with a version 1 header: %v", err)
+	}
+}
+
+// TestPunchHole: FALLOC_FL_PUNCH_HOLE leaves holes below and zeros above.
+func TestPunchHole(t *testing.T) {
+	dir, fs := stack(t)
+	m := mounttest.Mount(t, fs)
+	data := make([]byte, 1<<20)
+	rand.NewChaCha8([32]byte{1}).Read(data)
+	p := m.Path("f")
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	before := allocated(t, lowerFile(t, dir))
+	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 1000, 600<<10); err != nil {
+		t.Fatal(err)
+	}
+	clear(data[1000 : 1000+600<<10])
+	got, err := os.ReadFile(p)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("after the punch: %v", err)
+	}
+	if after := allocated(t, lowerFile(t, dir)); after > before-500<<10 {
+		t.Errorf("the punch freed %d bytes below", before-after)
+	}
+	if h, err := unix.Seek(int(f.Fd()), 0, unix.SEEK_HOLE); err != nil || h != 4096 {
+		t.Errorf("SEEK_HOLE after the punch: %d %v", h, err)
+	}
+}
