@@ -236,3 +236,119 @@ func TestPunchHole(t *testing.T) {
 		t.Errorf("SEEK_HOLE after the punch: %d %v", h, err)
 	}
 }
+
+// TestFullDisk: on a 16 MiB tmpfs, writes fail with ENOSPC when the disk
+// is full, every file stays readable (no torn last block) with what was
+// written before the failure, and what was fsync'ed reads back after a
+// remount.
+func TestFullDisk(t *testing.T) {
+	mounttest.NeedRoot(t)
+	tmp := t.TempDir()
+	if err := unix.Mount("tmpfs", tmp, "tmpfs", 0, "size=16m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(tmp, unix.MNT_DETACH) })
+	lower := filepath.Join(tmp, "lower")
+	os.Mkdir(lower, 0o755)
+	l, err := openLocal(t, lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Init(context.Background(), l, InitParams{KDF: fastKDF}, testPass); err != nil {
+		t.Fatal(err)
+	}
+	m := mounttest.Mount(t, open(t, lower))
+	r := rand.New(rand.NewPCG(7, 7))
+	random := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		return b
+	}
+	want := map[string][]byte{} // fsync'ed
+	// check reads a file without error and compares its start with base
+	// and the rest with more.
+	check := func(name string, base, more []byte) []byte {
+		t.Helper()
+		got, err := os.ReadFile(m.Path(name))
+		if err != nil {
+			t.Fatalf("%s after ENOSPC: %v", name, err)
+		}
+		if len(got) < len(base) || !bytes.Equal(got[:len(base)], base) || !bytes.Equal(got[len(base):], more[:len(got)-len(base)]) {
+			t.Fatalf("%s after ENOSPC: %d bytes, not the %d before and a part of what followed", name, len(got), len(base))
+		}
+		return got
+	}
+	a := random(10000)
+	if err := os.WriteFile(m.Path("a"), a, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want["a"] = a
+	full := false
+	for i := 0; !full; i++ {
+		name := "fill" + string(rune('a'+i))
+		data := random(1<<20 + 300)
+		f, err := os.Create(m.Path(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = f.Write(data)
+		if err == nil {
+			err = f.Sync()
+		}
+		f.Close()
+		if err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("filling: %v", err)
+			}
+			want[name] = check(name, nil, data)
+			full = true
+		} else {
+			want[name] = data
+		}
+	}
+	// On the full disk: an append (its old last block is rewritten), a
+	// write far past the end, an in-place rewrite and a truncate that
+	// leaves a hole.
+	f, err := os.OpenFile(m.Path("a"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	more := random(2 << 20)
+	if _, err := f.WriteAt(more, int64(len(a))); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("append on a full disk: %v", err)
+	}
+	a = check("a", a, more)
+	if _, err := f.WriteAt(more, 1<<30); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("write at 1 GiB on a full disk: %v", err)
+	}
+	if fi, _ := f.Stat(); fi.Size() != int64(len(a)) {
+		t.Fatalf("size %d after a failed write at 1 GiB (was %d)", fi.Size(), len(a))
+	}
+	check("a", a, nil)
+	if _, err := f.WriteAt([]byte("in place"), 100); err != nil {
+		t.Fatalf("in-place write on a full disk: %v", err)
+	}
+	copy(a[100:], "in place")
+	if err := f.Truncate(1 << 40); err != nil {
+		t.Fatalf("truncate to 1 TiB on a full disk: %v", err)
+	}
+	if err := f.Truncate(int64(len(a))); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	want["a"] = check("a", a, nil)
+	// After a remount, everything fsync'ed is there.
+	m.Unmount()
+	m = mounttest.Mount(t, open(t, lower))
+	for name, data := range want {
+		got, err := os.ReadFile(m.Path(name))
+		if err != nil || !bytes.Equal(got, data) {
+			t.Errorf("%s after the remount: %d bytes, %v (want %d)", name, len(got), err, len(data))
+		}
+	}
+}
