@@ -377,12 +377,27 @@ func ReadConfig(ctx context.Context, lower layer.FS) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot read %s: %w", where(lower, ConfigName), err)
 	}
+	c, err := parseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", where(lower, ConfigName), err)
+	}
+	return c, nil
+}
+
+// maxConfig is the largest configuration file read.
+const maxConfig = 64 << 10
+
+// parseConfig decodes and checks a configuration file.
+func parseConfig(data []byte) (*Config, error) {
+	if len(data) > maxConfig {
+		return nil, fmt.Errorf("damaged: %d bytes, more than a configuration holds", len(data))
+	}
 	var c Config
 	if err := json.Unmarshal(data, &c); err != nil {
-		return nil, fmt.Errorf("%s is damaged: %v", where(lower, ConfigName), err)
+		return nil, fmt.Errorf("damaged: %v", err)
 	}
 	if err := c.check(); err != nil {
-		return nil, fmt.Errorf("%s: %v", where(lower, ConfigName), err)
+		return nil, errors.New(strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
 	return &c, nil
 }

@@ -3,6 +3,7 @@ package crypt
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/json"
 	"testing"
 )
 
@@ -106,6 +107,59 @@ func FuzzIVFile(f *testing.F) {
 		iv, ok := checkIV(key, b)
 		if ok && !bytes.Equal(ivFile(key, iv), b) {
 			t.Fatal("forged IV file accepted")
+		}
+	})
+}
+
+// FuzzConfig: a configuration either is refused or has every parameter
+// within its bounds (so that unlocking cannot allocate or compute without
+// bound), and never panics.
+func FuzzConfig(f *testing.F) {
+	good, _ := json.Marshal(&Config{Format: configFormat, Version: configVersion, Cipher: AES256GCM, BlockSize: 4096,
+		KDF: KDF{Name: Argon2id, Salt: make([]byte, 32), Time: 3, MemoryKiB: 64 << 10, Threads: 4}})
+	f.Add(good)
+	f.Add([]byte(`{"format":"cairn-crypt","version":1,"cipher":"aes-256-gcm","block_size":4096,"kdf":{"name":"scrypt","salt":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=","n":65536,"r":1048576,"p":1}}`))
+	f.Add([]byte(`{"format":"cairn-crypt","version":1,"cipher":"xchacha20-poly1305","block_size":512,"kdf":{"name":"argon2id","salt":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=","time":4294967295,"memory_kib":65536,"threads":4}}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := parseConfig(data)
+		if err != nil {
+			return
+		}
+		k := c.KDF
+		switch k.Name {
+		case Argon2id:
+			if k.Time > Argon2MaxTime || k.MemoryKiB > Argon2MaxMemoryKiB || k.Threads > Argon2MaxThreads || k.Time == 0 || k.Threads == 0 {
+				t.Fatalf("argon2id %+v accepted", k)
+			}
+		case Scrypt:
+			if k.N > ScryptMaxN || k.R > ScryptMaxR || k.P > ScryptMaxP || k.N < 2 || k.R < 1 || k.P < 1 || 128*k.N*k.R > scryptMaxMemory {
+				t.Fatalf("scrypt %+v accepted", k)
+			}
+		default:
+			t.Fatalf("KDF %q accepted", k.Name)
+		}
+		if _, err := newContent(c.Cipher, make([]byte, 32), c.BlockSize, rand.Reader); err != nil {
+			t.Fatalf("content %q/%d accepted: %v", c.Cipher, c.BlockSize, err)
+		}
+	})
+}
+
+// FuzzJournal: a journal parses to records that lie within it, or is
+// refused (torn, or not one), and never panics.
+func FuzzJournal(f *testing.F) {
+	id := bytes.Repeat([]byte{4}, fileIDSize)
+	good := journalBytes(id, 12345, []jrec{{blk: 3, sealed: []byte("sealed block")}, {blk: 9, sealed: nil}})
+	f.Add(good)
+	f.Add(good[:len(good)-1])
+	f.Add([]byte(journalMagic))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		jid, size, recs, ok := parseJournal(b)
+		if !ok {
+			return
+		}
+		if !bytes.Equal(journalBytes(jid, size, recs), b[:len(journalBytes(jid, size, recs))]) {
+			t.Fatalf("journal %x does not encode back", b)
 		}
 	})
 }

@@ -95,13 +95,20 @@ func (f *file) writeJournal(ctx context.Context, id []byte, lowerSize int64, rec
 		}
 		st.jf = jf
 	}
-	n := len(journalMagic) + fileIDSize + 12
-	for _, r := range recs {
-		n += 12 + len(r.sealed)
-	}
-	bp := getBuf(n + sha256.Size)
+	bp := getBuf(0)
 	defer putBuf(bp)
-	b := (*bp)[:0]
+	b := appendJournal((*bp)[:0], id, lowerSize, recs)
+	*bp = b
+	_, err := writeFull(ctx, st.jf, b, 0)
+	return err
+}
+
+// journalBytes encodes a journal.
+func journalBytes(id []byte, lowerSize int64, recs []jrec) []byte {
+	return appendJournal(nil, id, lowerSize, recs)
+}
+
+func appendJournal(b []byte, id []byte, lowerSize int64, recs []jrec) []byte {
 	b = append(b, journalMagic...)
 	b = append(b, id...)
 	b = binary.BigEndian.AppendUint64(b, uint64(lowerSize))
@@ -112,9 +119,7 @@ func (f *file) writeJournal(ctx context.Context, id []byte, lowerSize int64, rec
 		b = append(b, r.sealed...)
 	}
 	sum := sha256.Sum256(b)
-	b = append(b, sum[:]...)
-	_, err := writeFull(ctx, st.jf, b, 0)
-	return err
+	return append(b, sum[:]...)
 }
 
 // parseJournal reads a journal; ok is false if it is torn or not one.
