@@ -21,25 +21,24 @@ import (
 // command cannot exhaust memory).
 const MaxSecret = 4 << 10
 
-// readLine reads the first line of r, at most MaxSecret bytes of it.
-func readLine(r io.Reader) ([]byte, bool, error) {
+// readLine reads the first line of r, at most MaxSecret bytes of it; more
+// says that r was not read to its end.
+func readLine(r io.Reader) (line []byte, ok, more bool, err error) {
 	b := make([]byte, MaxSecret+1)
 	n, err := io.ReadFull(r, b)
+	more = err == nil
 	if err == io.EOF || err == io.ErrUnexpectedEOF {
 		err = nil
 	}
 	b = b[:n]
+	defer clear(b)
 	if err != nil {
-		clear(b)
-		return nil, false, err
+		return nil, false, more, err
 	}
 	if i := bytes.IndexByte(b, '\n'); i < 0 && n > MaxSecret {
-		clear(b)
-		return nil, false, nil
+		return nil, false, more, nil
 	}
-	line := bytes.Clone(firstLine(b))
-	clear(b)
-	return line, true, nil
+	return bytes.Clone(firstLine(b)), true, more, nil
 }
 
 // ReadPassfile returns the first line of a file: a regular file, a pipe or
@@ -60,7 +59,7 @@ func ReadPassfile(path string) ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("the passphrase file %s is not a regular file, a pipe or a terminal (it is a %s)", path, fileKind(m))
 	}
-	line, ok, err := readLine(f)
+	line, ok, _, err := readLine(f)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the passphrase file: %w", err)
 	}
@@ -100,12 +99,17 @@ func RunExtpass(command string) ([]byte, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("the passphrase command (extpass) failed: %v", err)
 	}
-	line, ok, rerr := readLine(out)
-	if !ok || rerr != nil {
+	line, ok, more, rerr := readLine(out)
+	if more {
+		// The rest is not read: the command is stopped, and its exit
+		// status does not count.
 		cmd.Process.Kill()
 	}
 	out.Close()
 	err = cmd.Wait()
+	if more {
+		err = nil
+	}
 	switch {
 	case rerr != nil:
 		return nil, fmt.Errorf("the passphrase command (extpass) failed: %v", rerr)
