@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -178,5 +179,6 @@ func TestCrash(t *testing.T) {
 	if ents, err := os.ReadDir(dir + "/" + journalDir); err == nil && len(ents) > 0 {
 		t.Errorf("journals left after a clean unmount: %v", ents)
 	}
-	t.Logf("%d crashes survived", rounds)
+	t.Logf("%d crashes survived; %d interrupted writes undone from the journal", rounds,
+		strings.Count(mustRead(t, p.Log), "undone from the journal"))
 }
