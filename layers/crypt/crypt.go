@@ -32,9 +32,10 @@ type FS struct {
 	cache *nameCache
 	rand  io.Reader
 
-	mu      sync.Mutex
-	files   map[uint64]*fileState // open files, by lower inode number
-	pending map[uint64]bool       // journals left by a crash (journal.go), by inode
+	mu        sync.Mutex
+	files     map[uint64]*fileState // open files, by lower inode number
+	pending   map[uint64]bool       // journals left by a crash (journal.go), by inode
+	noJournal bool
 
 	xmu    sync.Mutex
 	xnames map[string]string // xattr name -> lower name (a few: ACLs, user.*)
@@ -50,6 +51,8 @@ type Options struct {
 	// Rand is the source of nonces, file IDs and directory IVs (default
 	// crypto/rand); tests set it for known answers.
 	Rand io.Reader
+	// NoJournal turns off the journal of in-place rewrites (journal.go).
+	NoJournal bool
 }
 
 // New stacks a crypt layer over lower, whose configuration is cfg and whose
@@ -86,6 +89,7 @@ func New(lower layer.FS, cfg *Config, master []byte, o Options) (*FS, error) {
 		ivKey: keep(subkey(master, "diriv", 32)),
 		cache: newNameCache(o.CacheDirs, o.CacheNames), rand: o.Rand,
 		files: map[uint64]*fileState{}, xnames: map[string]string{},
+		noJournal: o.NoJournal,
 	}
 	fs.loadPending(context.Background())
 	return fs, nil

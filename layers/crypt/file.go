@@ -31,7 +31,9 @@ type fileState struct {
 	aead  cipher.AEAD
 	holes byte // holesUnknown, holesNone or holesMaybe: the mark of the last block
 
-	jf layer.File // the journal file of in-place rewrites (journal.go); guarded by mu
+	jf   layer.File // the journal file of in-place rewrites (journal.go); guarded by mu
+	jpos int64      // where its next entry goes
+	jseq uint64     // the sequence number of its last entry
 
 	size  int64 // plaintext size; valid when sized (guarded by mu, written with mu held)
 	sized bool

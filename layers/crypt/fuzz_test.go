@@ -149,16 +149,16 @@ func FuzzConfig(f *testing.F) {
 // refused (torn, or not one), and never panics.
 func FuzzJournal(f *testing.F) {
 	id := bytes.Repeat([]byte{4}, fileIDSize)
-	good := journalBytes(id, 12345, []jrec{{blk: 3, sealed: []byte("sealed block")}, {blk: 9, sealed: nil}})
+	good := journalBytes(7, id, 12345, []jrec{{blk: 3, sealed: []byte("sealed block")}, {blk: 9, sealed: nil}})
 	f.Add(good)
 	f.Add(good[:len(good)-1])
 	f.Add([]byte(journalMagic))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		jid, size, recs, ok := parseJournal(b)
+		seq, jid, size, recs, ok := parseJournal(b)
 		if !ok {
 			return
 		}
-		if !bytes.Equal(journalBytes(jid, size, recs), b[:len(journalBytes(jid, size, recs))]) {
+		if enc := journalBytes(seq, jid, size, recs); !bytes.Equal(enc, b[:len(enc)]) {
 			t.Fatalf("journal %x does not encode back", b)
 		}
 	})

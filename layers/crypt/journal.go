@@ -36,15 +36,19 @@ import (
 // after a power failure a block rewritten since the last fsync can still
 // be torn.
 //
-// Format: "cairnj01" fileID(16) lowerSize(8) count(4) then count records
-// block(8) length(4) sealed bytes, then SHA-256 of all that (a journal
-// torn by a crash while it was written is ignored: the file was not
+// Each write's entry goes at the next 4 KiB boundary of a 1 MiB ring
+// (rewriting one page again and again would wait for its writeback); the
+// entry with the highest sequence number is the last. Entry format:
+// "cairnj01" sequence(8) fileID(16) lowerSize(8) count(4) then count
+// records block(8) length(4) sealed bytes, then SHA-256 of all that (an
+// entry torn by a crash while it was written is ignored: the file was not
 // touched yet).
 
 const (
 	journalDir   = ".cairn-journal"
 	journalMagic = "cairnj01"
 	maxJournal   = 64 << 20
+	journalRing  = 1 << 20
 )
 
 func journalPath(ino uint64) string { return journalDir + "/" + strconv.FormatUint(ino, 16) }
@@ -82,34 +86,43 @@ func (fs *FS) pendingJournal(ino uint64) bool {
 // writeJournal replaces the file's journal (the caller holds st.mu).
 func (f *file) writeJournal(ctx context.Context, id []byte, lowerSize int64, recs []jrec) error {
 	st := f.st
+	if f.fs.noJournal {
+		return nil
+	}
 	if st.jf == nil {
 		p := journalPath(st.ino)
-		jf, _, err := f.fs.Lower.Create(ctx, p, syscall.O_RDWR, 0o600)
+		jf, _, err := f.fs.Lower.Create(ctx, p, syscall.O_RDWR|syscall.O_TRUNC, 0o600)
 		if errors.Is(err, syscall.ENOENT) {
 			if _, err = f.fs.Lower.Mkdir(ctx, journalDir, 0o700); err == nil || errors.Is(err, syscall.EEXIST) {
-				jf, _, err = f.fs.Lower.Create(ctx, p, syscall.O_RDWR, 0o600)
+				jf, _, err = f.fs.Lower.Create(ctx, p, syscall.O_RDWR|syscall.O_TRUNC, 0o600)
 			}
 		}
 		if err != nil {
 			return err
 		}
-		st.jf = jf
+		st.jf, st.jpos = jf, 0
 	}
 	bp := getBuf(0)
 	defer putBuf(bp)
-	b := appendJournal((*bp)[:0], id, lowerSize, recs)
+	st.jseq++
+	b := appendJournal((*bp)[:0], st.jseq, id, lowerSize, recs)
 	*bp = b
-	_, err := writeFull(ctx, st.jf, b, 0)
+	if st.jpos+int64(len(b)) > journalRing {
+		st.jpos = 0
+	}
+	_, err := writeFull(ctx, st.jf, b, st.jpos)
+	st.jpos = (st.jpos + int64(len(b)) + 4095) &^ 4095
 	return err
 }
 
-// journalBytes encodes a journal.
-func journalBytes(id []byte, lowerSize int64, recs []jrec) []byte {
-	return appendJournal(nil, id, lowerSize, recs)
+// journalBytes encodes a journal entry.
+func journalBytes(seq uint64, id []byte, lowerSize int64, recs []jrec) []byte {
+	return appendJournal(nil, seq, id, lowerSize, recs)
 }
 
-func appendJournal(b []byte, id []byte, lowerSize int64, recs []jrec) []byte {
+func appendJournal(b []byte, seq uint64, id []byte, lowerSize int64, recs []jrec) []byte {
 	b = append(b, journalMagic...)
+	b = binary.BigEndian.AppendUint64(b, seq)
 	b = append(b, id...)
 	b = binary.BigEndian.AppendUint64(b, uint64(lowerSize))
 	b = binary.BigEndian.AppendUint32(b, uint32(len(recs)))
@@ -122,37 +135,50 @@ func appendJournal(b []byte, id []byte, lowerSize int64, recs []jrec) []byte {
 	return append(b, sum[:]...)
 }
 
-// parseJournal reads a journal; ok is false if it is torn or not one.
-func parseJournal(b []byte) (id []byte, lowerSize int64, recs []jrec, ok bool) {
-	h := len(journalMagic) + fileIDSize + 12
-	if len(b) < h+sha256.Size || string(b[:len(journalMagic)]) != journalMagic {
-		return nil, 0, nil, false
+// lastEntry returns the journal's entry of highest sequence number.
+func lastEntry(b []byte) (id []byte, lowerSize int64, recs []jrec, ok bool) {
+	var best uint64
+	for off := 0; off < len(b); off += 4096 {
+		seq, i, l, r, good := parseJournal(b[off:])
+		if good && (!ok || seq > best) {
+			best, id, lowerSize, recs, ok = seq, i, l, r, true
+		}
 	}
-	id = b[len(journalMagic) : len(journalMagic)+fileIDSize]
+	return id, lowerSize, recs, ok
+}
+
+// parseJournal reads a journal entry; ok is false if it is torn or not one.
+func parseJournal(b []byte) (seq uint64, id []byte, lowerSize int64, recs []jrec, ok bool) {
+	h := len(journalMagic) + 8 + fileIDSize + 12
+	if len(b) < h+sha256.Size || string(b[:len(journalMagic)]) != journalMagic {
+		return 0, nil, 0, nil, false
+	}
+	seq = binary.BigEndian.Uint64(b[len(journalMagic):])
+	id = b[len(journalMagic)+8 : len(journalMagic)+8+fileIDSize]
 	lowerSize = int64(binary.BigEndian.Uint64(b[h-12:]))
 	count := binary.BigEndian.Uint32(b[h-4:])
 	pos := h
 	for i := uint32(0); i < count; i++ {
 		if len(b)-pos < 12 {
-			return nil, 0, nil, false
+			return 0, nil, 0, nil, false
 		}
 		blk := int64(binary.BigEndian.Uint64(b[pos:]))
 		n := int(binary.BigEndian.Uint32(b[pos+8:]))
 		pos += 12
 		if n > len(b)-pos || blk < 0 {
-			return nil, 0, nil, false
+			return 0, nil, 0, nil, false
 		}
 		recs = append(recs, jrec{blk: blk, sealed: b[pos : pos+n]})
 		pos += n
 	}
 	if len(b)-pos < sha256.Size || lowerSize < 0 {
-		return nil, 0, nil, false
+		return 0, nil, 0, nil, false
 	}
 	sum := sha256.Sum256(b[:pos])
 	if !bytes.Equal(sum[:], b[pos:pos+sha256.Size]) {
-		return nil, 0, nil, false
+		return 0, nil, 0, nil, false
 	}
-	return id, lowerSize, recs, true
+	return seq, id, lowerSize, recs, true
 }
 
 // recoverJournal replays the journal a crash left for this file (the
@@ -183,7 +209,7 @@ func (f *file) recoverJournal(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	jid, oldLower, recs, ok := parseJournal(b[:n])
+	jid, oldLower, recs, ok := lastEntry(b[:n])
 	done := func() error {
 		if st.jf != nil {
 			st.jf.Release(ctx)
