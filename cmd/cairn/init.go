@@ -166,7 +166,7 @@ func runInit(args []string) int {
 	layerName := fl.String("layer", "", "the crypt layer to initialise (needed when the spec has several)")
 	passfile := fl.String("passfile", "", "read the passphrase from this file (default: the layer's passfile, else ask twice)")
 	extpass := fl.String("extpass", "", "run this command for the passphrase (default: the layer's extpass)")
-	cipher := fl.String("cipher", crypt.AES256GCM, "content cipher: aes-256-gcm, or xchacha20-poly1305 for machines without AES instructions")
+	cipher := fl.String("cipher", crypt.XChaCha20Poly1305, "cipher of contents, symlink targets and xattr values: xchacha20-poly1305 (192-bit random nonces: no limit on writes), or aes-256-gcm (faster with AES instructions; random 96-bit nonces: at most 2^32 block writes per file and 2^32 symlinks and xattr writes per volume, docs/crypt.md)")
 	blockSize := fl.String("block-size", "4KiB", "plaintext bytes per encrypted block")
 	printKey := fl.Bool("print-master-key", false, "print the master key once, for recovery (keep it safe: it opens the data without the passphrase)")
 	fl.Usage = func() {

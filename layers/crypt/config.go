@@ -304,7 +304,7 @@ func ParseMasterKey(s string) ([]byte, error) {
 
 // InitParams are the choices made at cairn init.
 type InitParams struct {
-	Cipher    string // AES256GCM (default) or XChaCha20Poly1305
+	Cipher    string // XChaCha20Poly1305 (default) or AES256GCM
 	BlockSize int    // default 4096
 	KDF       KDF    // default DefaultKDF(); the salt is drawn here
 }
@@ -317,7 +317,7 @@ func Init(ctx context.Context, lower layer.FS, p InitParams, pass []byte) ([]byt
 		return nil, errors.New("empty passphrase")
 	}
 	if p.Cipher == "" {
-		p.Cipher = AES256GCM
+		p.Cipher = XChaCha20Poly1305
 	}
 	if p.BlockSize == 0 {
 		p.BlockSize = 4096
