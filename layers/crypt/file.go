@@ -138,10 +138,10 @@ func (fs *FS) openLower(ctx context.Context, path, lp string, flags int) (*file,
 		lf.Release(ctx)
 		return nil, err
 	}
-	return fs.newFile(ctx, path, lf, &a, flags)
+	return fs.newFile(ctx, path, lp, lf, &a, flags)
 }
 
-func (fs *FS) newFile(ctx context.Context, path string, lf layer.File, a *layer.Attr, flags int) (*file, error) {
+func (fs *FS) newFile(ctx context.Context, path, lp string, lf layer.File, a *layer.Attr, flags int) (*file, error) {
 	if a.IsRegular() {
 		if _, ok := fs.c.plainSize(a.Size); !ok {
 			lf.Release(ctx)
@@ -151,7 +151,7 @@ func (fs *FS) newFile(ctx context.Context, path string, lf layer.File, a *layer.
 	f := &file{fs: fs, lower: lf, st: fs.state(a.Ino), path: path, append: flags&unix.O_APPEND != 0}
 	if a.IsRegular() && fs.pendingJournal(a.Ino) {
 		f.st.mu.Lock()
-		err := f.recoverJournal(ctx)
+		err := f.recoverJournal(ctx, lp)
 		f.st.mu.Unlock()
 		if err != nil {
 			f.Release(ctx)
@@ -186,7 +186,7 @@ func (fs *FS) Create(ctx context.Context, path string, flags int, mode uint32) (
 		}
 		return nil, a, err
 	}
-	f, err := fs.newFile(ctx, path, lf, &a, flags)
+	f, err := fs.newFile(ctx, path, lp, lf, &a, flags)
 	if err != nil {
 		return nil, layer.Attr{}, err
 	}

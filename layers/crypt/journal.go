@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"syscall"
@@ -181,9 +182,9 @@ func parseJournal(b []byte) (seq uint64, id []byte, lowerSize int64, recs []jrec
 	return seq, id, lowerSize, recs, true
 }
 
-// recoverJournal replays the journal a crash left for this file (the
-// caller holds st.mu), then removes it.
-func (f *file) recoverJournal(ctx context.Context) error {
+// recoverJournal replays the journal a crash left for this file, whose
+// lower path is lp (the caller holds st.mu), then removes it.
+func (f *file) recoverJournal(ctx context.Context, lp string) error {
 	fs, c, st := f.fs, f.fs.c, f.st
 	p := journalPath(st.ino)
 	defer func() {
@@ -231,17 +232,23 @@ func (f *file) recoverJournal(ctx context.Context) error {
 	if f.journalOK(ctx, aead, id, recs) {
 		return done()
 	}
+	// This open may be read-only: the repair has a handle of its own.
+	w, err := fs.Lower.Open(ctx, lp, syscall.O_RDWR)
+	if err != nil {
+		return fmt.Errorf("crypt: /%s: cannot open it to undo a write a crash interrupted: %w", f.path, err)
+	}
+	defer w.Release(ctx)
 	for _, r := range recs {
-		if _, err := writeFull(ctx, f.lower, r.sealed, c.blockOffset(uint64(r.blk))); err != nil {
+		if _, err := writeFull(ctx, w, r.sealed, c.blockOffset(uint64(r.blk))); err != nil {
 			return err
 		}
 	}
-	if _, err := f.lower.Setattr(ctx, &layer.SetAttr{Valid: layer.SetSize, Size: uint64(oldLower)}); err != nil {
+	if _, err := w.Setattr(ctx, &layer.SetAttr{Valid: layer.SetSize, Size: uint64(oldLower)}); err != nil {
 		return err
 	}
 	st.sized = false
 	st.setHoles(holesUnknown)
-	if err := f.lower.Fsync(ctx, false); err != nil {
+	if err := w.Fsync(ctx, false); err != nil {
 		return err
 	}
 	slog.Warn("crypt: a write interrupted by a crash was undone from the journal", "file", "/"+f.path, "journal", p)
