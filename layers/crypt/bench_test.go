@@ -9,10 +9,24 @@ import (
 )
 
 // BenchmarkRandomWrite4K: aligned 4 KiB writes at random places of a
-// 64 MiB file, in-process (the cost of the journal of in-place rewrites:
-// docs/crypt.md). go test -run '^$' -bench RandomWrite4K ./layers/crypt
+// 64 MiB file, in-process, with and without the journal of in-place
+// rewrites (docs/crypt.md):
+// nice -n 19 go test -run '^$' -bench RandomWrite4K -benchtime 20000x ./layers/crypt
 func BenchmarkRandomWrite4K(b *testing.B) {
-	_, fs := stack(b)
+	b.Run("journal", func(b *testing.B) { randomWrites(b, Options{}) })
+	b.Run("nojournal", func(b *testing.B) { randomWrites(b, Options{NoJournal: true}) })
+}
+
+func randomWrites(b *testing.B, o Options) {
+	dir, _ := newVolume(b, InitParams{})
+	l, err := openLocal(b, dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fs, err := Unlock(context.Background(), l, testPass, false, o)
+	if err != nil {
+		b.Fatal(err)
+	}
 	ctx := context.Background()
 	f, _, err := fs.Create(ctx, "f", unix.O_RDWR, 0o644)
 	if err != nil {

@@ -107,52 +107,59 @@ func TestCrash(t *testing.T) {
 			}
 			f.sync(b)
 		}
-		// The unsynced phase, killed at a random moment: mostly 4 KiB
-		// rewrites in place of fsync'ed blocks.
-		done := make(chan struct{})
+		// The unsynced phase, killed at a random moment: one writer per
+		// file, mostly rewrites in place of fsync'ed blocks (4 KiB, or up
+		// to 64 KiB: a longer pwrite below is likelier to be cut).
+		done := make(chan struct{}, len(files))
 		wait := time.Duration(20+r.IntN(300)) * time.Millisecond
-		wr := rand.New(rand.NewPCG(r.Uint64(), 2))
-		go func() {
-			defer close(done)
-			for {
-				i := wr.IntN(len(files))
-				f, fd := files[i], fds[i]
-				var err error
-				switch k := wr.IntN(20); {
-				case k < 14:
-					off := wr.IntN(max(f.size, 1))
-					if k < 7 {
-						off &^= 4095
+		for i := range files {
+			wr := rand.New(rand.NewPCG(r.Uint64(), 2))
+			go func(f *crashFile, fd *os.File) {
+				defer func() { done <- struct{}{} }()
+				for {
+					var err error
+					switch k := wr.IntN(20); {
+					case k < 14:
+						off := wr.IntN(max(f.size, 1))
+						if k < 7 {
+							off &^= 4095
+						}
+						n := 4096
+						if k%3 == 0 {
+							n = 1 + wr.IntN(64<<10)
+						}
+						b := text(wr, n)
+						f.write(off, len(b))
+						_, err = fd.WriteAt(b, int64(off))
+					case k < 16:
+						b := text(wr, 1+wr.IntN(30000))
+						f.write(f.size, len(b))
+						_, err = fd.WriteAt(b, int64(f.size-len(b)))
+					case k < 18:
+						n := wr.IntN(f.size + 10000)
+						f.truncate(n)
+						err = fd.Truncate(int64(n))
+					default:
+						to := f.name + "r"
+						if len(to) > 4 {
+							to = to[:2]
+						}
+						f.alt = to
+						if err = os.Rename(p.Path(f.name), p.Path(to)); err == nil {
+							f.name, f.alt = to, f.name
+						}
 					}
-					b := text(wr, 4096)
-					f.write(off, len(b))
-					_, err = fd.WriteAt(b, int64(off))
-				case k < 16:
-					b := text(wr, 1+wr.IntN(30000))
-					f.write(f.size, len(b))
-					_, err = fd.WriteAt(b, int64(f.size-len(b)))
-				case k < 18:
-					n := wr.IntN(f.size + 10000)
-					f.truncate(n)
-					err = fd.Truncate(int64(n))
-				default:
-					to := f.name + "r"
-					if len(to) > 4 {
-						to = to[:2]
-					}
-					f.alt = to
-					if err = os.Rename(p.Path(f.name), p.Path(to)); err == nil {
-						f.name, f.alt = to, f.name
+					if err != nil {
+						return // the daemon is gone
 					}
 				}
-				if err != nil {
-					return // the daemon is gone
-				}
-			}
-		}()
+			}(files[i], fds[i])
+		}
 		time.Sleep(wait)
 		p.Kill()
-		<-done
+		for range files {
+			<-done
+		}
 		for _, fd := range fds {
 			fd.Close()
 		}
