@@ -300,7 +300,10 @@ func TestSecretsInMemory(t *testing.T) {
 			flags = line
 		}
 	}
-	if !strings.Contains(flags, " dd") || !strings.Contains(flags, " lo") {
+	keyMem.Lock()
+	budgetLeft := keyMem.locked+4096 <= maxLocked
+	keyMem.Unlock()
+	if !strings.Contains(flags, " dd") || !strings.Contains(flags, " lo") && budgetLeft {
 		t.Errorf("the content key's page: %q (want dd: not dumped, lo: locked)", flags)
 	}
 }
