@@ -205,6 +205,7 @@ Flags:
 	if err != nil {
 		return fail(err, exitFailed)
 	}
+	defer clear(pass)
 	master, err := crypt.Init(context.Background(), lower, crypt.InitParams{Cipher: *cipher, BlockSize: int(bs), KDF: kdf}, pass)
 	if err != nil {
 		return fail(fmt.Errorf("init: %v", err), exitFailed)
@@ -286,6 +287,7 @@ Flags:
 	if err != nil {
 		return fail(err, exitFailed)
 	}
+	defer clear(old)
 	var master []byte
 	if *byKey {
 		if master, err = crypt.ParseMasterKey(string(old)); err != nil {
@@ -296,6 +298,7 @@ Flags:
 	if err != nil {
 		return fail(err, exitFailed)
 	}
+	defer clear(pass)
 	if err := crypt.ChangePassphrase(context.Background(), lower, old, master, pass, kdf); err != nil {
 		return fail(fmt.Errorf("passwd: %v", err), exitFailed)
 	}
