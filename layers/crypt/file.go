@@ -656,7 +656,7 @@ func (f *file) write(ctx context.Context, p []byte, off, n, size int64, sparse b
 	}
 	lastMark := holes
 
-	var scratch []*[]byte // partial blocks: at most two per chunk
+	var scratch []*[]byte // partial blocks: at most two per chunk and span
 	defer func() {
 		for _, b := range scratch {
 			putBuf(b)
@@ -682,7 +682,7 @@ func (f *file) write(ctx context.Context, p []byte, off, n, size int64, sparse b
 				switch {
 				case ws == 0 && we == blen && p != nil:
 					plains = append(plains, p[bstart-off:bstart-off+blen])
-				case bstart >= size && (p == nil || we <= ws):
+				case bstart >= size && (p == nil || we <= ws), p == nil && ws == 0 && we == blen:
 					plains = append(plains, zeroBlock[:blen])
 				default:
 					if k == len(scratch) {
