@@ -10,7 +10,7 @@ import (
 func init() {
 	registry.Register(registry.Type{
 		Name:      "crypt",
-		Summary:   "encrypts and authenticates contents, names, symlink targets and xattrs (AES-256-GCM, AES-SIV); 'cairn init' creates it",
+		Summary:   "encrypts and authenticates contents, names, symlink targets and xattrs (XChaCha20-Poly1305 or AES-256-GCM, AES-SIV); 'cairn init' creates it",
 		MinLowers: 1, MaxLowers: 1,
 		Changes: layer.ChangesNames | layer.ChangesData | layer.ChangesAttrs,
 		Options: []registry.Option{
