@@ -367,7 +367,7 @@ func TestJournalRecovery(t *testing.T) {
 		off   int64
 		n     int
 		state func(before, after []byte) []byte // the lower file after the "crash"
-		keep  bool                               // the write completed: its data stays
+		keep  bool                              // the write completed: its data stays
 	}{
 		{"torn in-place rewrite", 4096, 4096, func(b, a []byte) []byte {
 			torn := bytes.Clone(b)
