@@ -399,7 +399,8 @@ func TestJournalRecovery(t *testing.T) {
 			if err := os.WriteFile(lp, tc.state(before, after), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			got, err := layer.ReadFile(ctx, open(t, dir), "f")
+			fs2 := open(t, dir)
+			got, err := layer.ReadFile(ctx, fs2, "f")
 			want := data
 			if tc.keep {
 				want = bytes.Clone(data)
@@ -410,6 +411,10 @@ func TestJournalRecovery(t *testing.T) {
 			}
 			if ents, _ := os.ReadDir(filepath.Join(dir, journalDir)); len(ents) != 0 {
 				t.Errorf("journal left after recovery: %v", ents)
+			}
+			// The journal directory is the layer's own: not listed.
+			if ents, err := fs2.ReadDir(ctx, "", false); err != nil || len(ents) != 1 || ents[0].Name != "f" {
+				t.Errorf("the root lists %v, %v", ents, err)
 			}
 		})
 	}
