@@ -370,7 +370,7 @@ func Init(ctx context.Context, lower layer.FS, p InitParams, pass []byte) ([]byt
 
 // ReadConfig reads the configuration file from the lower layer.
 func ReadConfig(ctx context.Context, lower layer.FS) (*Config, error) {
-	data, err := layer.ReadFile(ctx, lower, ConfigName)
+	data, err := readConfigFile(ctx, lower)
 	if errors.Is(err, syscall.ENOENT) {
 		return nil, fmt.Errorf("no crypt configuration: expected %s (run 'cairn init' to create it)", where(lower, ConfigName))
 	}
@@ -382,6 +382,19 @@ func ReadConfig(ctx context.Context, lower layer.FS) (*Config, error) {
 		return nil, fmt.Errorf("%s: %v", where(lower, ConfigName), err)
 	}
 	return c, nil
+}
+
+// readConfigFile reads the configuration file, at most maxConfig+1 bytes
+// of it (a larger one is refused by parseConfig).
+func readConfigFile(ctx context.Context, lower layer.FS) ([]byte, error) {
+	f, err := lower.Open(ctx, ConfigName, unix.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Release(ctx)
+	b := make([]byte, maxConfig+1)
+	n, err := readFull(ctx, f, b, 0)
+	return b[:n], err
 }
 
 // maxConfig is the largest configuration file read.

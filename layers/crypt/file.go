@@ -519,10 +519,22 @@ func (f *file) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	if err := f.write(ctx, p, off, int64(len(p)), size, true); err != nil {
-		return 0, err
+	// At most maxChunk blocks a time: the old blocks of each are kept in
+	// memory and in the journal.
+	step := maxChunk * f.fs.c.bs
+	done := 0
+	for done < len(p) {
+		n := min(len(p)-done, step)
+		if err := f.write(ctx, p[done:done+n], off+int64(done), int64(n), size, true); err != nil {
+			if done > 0 {
+				return done, nil // a short write, as pwrite makes
+			}
+			return 0, err
+		}
+		done += n
+		size = f.st.size
 	}
-	return len(p), nil
+	return done, nil
 }
 
 // maxChunk is the most blocks sealed for one lower write.
