@@ -307,3 +307,44 @@ func TestSecretsInMemory(t *testing.T) {
 		t.Errorf("the content key's page: %q (want dd: not dumped, lo: locked)", flags)
 	}
 }
+
+// failingRand fails after n bytes.
+type failingRand struct{ n int }
+
+func (r *failingRand) Read(p []byte) (int, error) {
+	if r.n <= 0 {
+		return 0, errors.New("entropy source gone")
+	}
+	k := min(len(p), r.n)
+	r.n -= k
+	clear(p[:k])
+	return k, nil
+}
+
+// TestRandomSourceErrors: when the random source fails, the operation that
+// needed a nonce, file ID or IV fails (and nothing is written with bytes
+// that are not random).
+func TestRandomSourceErrors(t *testing.T) {
+	dir, _ := newVolume(t, InitParams{})
+	l, _ := openLocal(t, dir)
+	fs, err := Unlock(context.Background(), l, testPass, false, Options{Rand: &failingRand{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := layer.WriteFile(ctx, fs, "f", []byte("data"), 0o644); err == nil || !strings.Contains(err.Error(), "random source failed") {
+		t.Errorf("write: %v", err)
+	}
+	if _, err := fs.Mkdir(ctx, "d", 0o755); err == nil || !strings.Contains(err.Error(), "random source failed") {
+		t.Errorf("mkdir: %v", err)
+	}
+	if _, err := fs.Symlink(ctx, "target", "s"); err == nil || !strings.Contains(err.Error(), "random source failed") {
+		t.Errorf("symlink: %v", err)
+	}
+	if ents, _ := fs.ReadDir(ctx, "", false); len(ents) != 1 || ents[0].Name != "f" {
+		t.Errorf("after the failures the root lists %v (want the empty file f only)", ents)
+	}
+	if a, err := fs.Getattr(ctx, "f"); err != nil || a.Size != 0 {
+		t.Errorf("f: %d bytes, %v", a.Size, err)
+	}
+}
