@@ -1,11 +1,13 @@
 package crypt
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -169,6 +171,13 @@ func TestCrash(t *testing.T) {
 				f.name = f.alt
 			}
 			got, err := os.ReadFile(p.Path(f.name))
+			if errors.Is(err, syscall.EIO) && f.minLen == 0 {
+				// The documented exception: the first write into an
+				// empty file has no journal (nothing was fsync'ed).
+				t.Logf("round %d: %s, emptied and written again when the daemon died, reads as EIO", round, f.name)
+				os.Remove(p.Path(f.name))
+				continue
+			}
 			if err != nil {
 				t.Fatalf("round %d (seed %d): %s after the crash: %v\n%s", round, seed, f.name, err, mustRead(t, p.Log))
 			}
