@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -31,6 +33,10 @@ type FS struct {
 	ivKey []byte      // MACs of directory IVs
 	cache *nameCache
 	rand  io.Reader
+	log   *slog.Logger
+
+	bmu      sync.Mutex
+	badNames map[string]bool // lower paths of names left out of listings, logged once
 
 	mu    sync.Mutex
 	files map[uint64]*fileState // open files, by lower inode number
@@ -49,6 +55,9 @@ type Options struct {
 	// Rand is the source of nonces, file IDs and directory IVs (default
 	// crypto/rand); tests set it for known answers.
 	Rand io.Reader
+	// Logger gets the lines about damage the layer works around (a name
+	// left out of a listing); default slog.Default().
+	Logger *slog.Logger
 }
 
 // New stacks a crypt layer over lower, whose configuration is cfg and whose
@@ -66,6 +75,9 @@ func New(lower layer.FS, cfg *Config, master []byte, o Options) (*FS, error) {
 	if o.CacheNames == 0 {
 		o.CacheNames = 1 << 18
 	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
 	c, err := newContent(cfg.Cipher, subkey(master, "content", 32), cfg.BlockSize, o.Rand)
 	if err != nil {
 		return nil, err
@@ -82,7 +94,7 @@ func New(lower layer.FS, cfg *Config, master []byte, o Options) (*FS, error) {
 		Base: layer.Base{Lower: lower}, c: c, names: nm, xattr: xn,
 		meta:  newAEAD(cfg.Cipher, subkey(master, "meta", 32)),
 		ivKey: subkey(master, "diriv", 32),
-		cache: newNameCache(o.CacheDirs, o.CacheNames), rand: o.Rand,
+		cache: newNameCache(o.CacheDirs, o.CacheNames), rand: o.Rand, log: o.Logger, badNames: map[string]bool{},
 		files: map[uint64]*fileState{}, xnames: map[string]string{},
 	}, nil
 }
@@ -141,6 +153,7 @@ func (fs *FS) dir(ctx context.Context, path string) (*dirEntry, error) {
 	if d := fs.cache.dir(path); d != nil {
 		return d, nil
 	}
+	gen := fs.cache.generation()
 	lower := ""
 	if path != "" {
 		parent, name := layer.Split(path)
@@ -158,7 +171,7 @@ func (fs *FS) dir(ctx context.Context, path string) (*dirEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	return fs.cache.addDir(path, lower, iv), nil
+	return fs.cache.addDir(path, lower, iv, gen), nil
 }
 
 func (fs *FS) readIV(ctx context.Context, path, lower string) ([]byte, error) {
@@ -174,7 +187,7 @@ func (fs *FS) readIV(ctx context.Context, path, lower string) ([]byte, error) {
 			if !a.IsDir() {
 				return nil, syscall.ENOTDIR
 			}
-			return nil, corruptf("/"+path, "directory %s has no %s", lower, dirIVName)
+			return fs.repairIV(ctx, path, lower, false)
 		}
 		return nil, err
 	}
@@ -185,7 +198,7 @@ func (fs *FS) readIV(ctx context.Context, path, lower string) ([]byte, error) {
 		return nil, err
 	}
 	if n == 0 {
-		return fs.repairIV(ctx, path, lower)
+		return fs.repairIV(ctx, path, lower, true)
 	}
 	iv, ok := checkIV(fs.ivKey, b[:n])
 	if !ok {
@@ -194,24 +207,33 @@ func (fs *FS) readIV(ctx context.Context, path, lower string) ([]byte, error) {
 	return iv, nil
 }
 
-// repairIV gives a new IV to a directory whose IV file is empty, as a crash
-// right after its mkdir can leave it, if the directory holds nothing else
-// (no name depends on the lost IV).
-func (fs *FS) repairIV(ctx context.Context, path, lower string) ([]byte, error) {
+// repairIV gives a new IV to a directory whose IV file is empty or missing
+// (exists says which), as a crash during its mkdir or rmdir, or during a
+// rename over it, can leave it, if the directory holds nothing else (no
+// name depends on the lost IV; a side file left without its entry does
+// not count).
+func (fs *FS) repairIV(ctx context.Context, path, lower string, exists bool) ([]byte, error) {
+	p := layer.Join(lower, dirIVName)
 	ents, err := fs.Lower.ReadDir(ctx, lower, false)
 	if err != nil {
 		return nil, err
 	}
 	for _, e := range ents {
-		if e.Name != dirIVName {
-			return nil, corruptf("/"+path, "the directory's IV (%s) is empty", layer.Join(lower, dirIVName))
+		if e.Name != dirIVName && !(isSide(e.Name) && !hasEntry(ents, strings.TrimSuffix(e.Name, longSuffix))) {
+			if exists {
+				return nil, corruptf("/"+path, "the directory's IV (%s) is empty", p)
+			}
+			return nil, corruptf("/"+path, "directory %s has no %s", lower, dirIVName)
 		}
 	}
 	iv := make([]byte, dirIVSize)
-	io.ReadFull(fs.rand, iv)
-	p := layer.Join(lower, dirIVName)
-	if err := fs.Lower.Unlink(ctx, p); err != nil {
+	if _, err := io.ReadFull(fs.rand, iv); err != nil {
 		return nil, err
+	}
+	if exists {
+		if err := fs.Lower.Unlink(ctx, p); err != nil {
+			return nil, err
+		}
 	}
 	if err := writeNew(ctx, fs.Lower, p, ivFile(fs.ivKey, iv), 0o444, true); err != nil {
 		return nil, err
@@ -397,6 +419,11 @@ func (fs *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirE
 			continue
 		}
 		name, err := fs.decName(ctx, path, d, e.Name)
+		if IsCorrupt(err) {
+			// One damaged or planted name must not hide the rest.
+			fs.logBadName(layer.Join(d.lower, e.Name), err)
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -409,7 +436,27 @@ func (fs *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirE
 	return out, nil
 }
 
+// logBadName says once per lower path that a name was left out of a
+// listing (a bounded set: past it, lines may repeat).
+func (fs *FS) logBadName(lpath string, err error) {
+	fs.bmu.Lock()
+	seen := fs.badNames[lpath]
+	if !seen {
+		if len(fs.badNames) >= 4096 {
+			clear(fs.badNames)
+		}
+		fs.badNames[lpath] = true
+	}
+	fs.bmu.Unlock()
+	if !seen {
+		var c *corrupt
+		errors.As(err, &c)
+		fs.log.Warn("crypt: entry left out of a directory listing (tampered with or damaged)", "lower", lpath, "why", c.msg)
+	}
+}
+
 func (fs *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, error) {
+	gen := fs.cache.generation()
 	lp, _, long, err := fs.lowerEntry(ctx, path)
 	if err != nil {
 		return layer.Attr{}, err
@@ -439,8 +486,9 @@ func (fs *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, 
 			return a, err
 		}
 	}
-	fs.cache.drop(path)
-	fs.cache.addDir(path, lp, iv)
+	if fs.cache.addDir(path, lp, iv, gen); fs.cache.generation() != gen {
+		fs.cache.drop(path) // an ancestor moved meanwhile
+	}
 	return a, nil
 }
 
@@ -449,37 +497,78 @@ func (fs *FS) Rmdir(ctx context.Context, path string) error {
 	if err != nil {
 		return err
 	}
-	ents, err := fs.Lower.ReadDir(ctx, lp, false)
+	a, err := fs.Lower.Getattr(ctx, lp)
 	if err != nil {
 		return err
 	}
-	var iv []byte
-	for _, e := range ents {
-		if e.Name != dirIVName {
-			return syscall.ENOTEMPTY
-		}
+	if !a.IsDir() {
+		return syscall.ENOTDIR
 	}
-	if d := fs.cache.dir(path); d != nil {
-		iv = d.iv
-	}
-	ivPath := layer.Join(lp, dirIVName)
-	if iv == nil {
-		if b, err := layer.ReadFile(ctx, fs.Lower, ivPath); err == nil {
-			iv, _ = checkIV(fs.ivKey, b)
-		}
-	}
-	if err := fs.Lower.Unlink(ctx, ivPath); err != nil && !errors.Is(err, syscall.ENOENT) {
+	restore, err := fs.emptyOwn(ctx, path, lp)
+	if err != nil {
 		return err
 	}
 	if err := fs.Lower.Rmdir(ctx, lp); err != nil {
-		if iv != nil {
-			writeNew(ctx, fs.Lower, ivPath, ivFile(fs.ivKey, iv), 0o444, false)
-		}
+		restore()
 		return err
 	}
 	fs.cache.drop(path)
 	fs.dropLong(ctx, lp, long)
 	return nil
+}
+
+// emptyOwn prepares the directory at lower path lp, which must hold nothing
+// but the layer's own files, for its removal (rmdir, or a rename over it):
+// it removes those files (the IV file last) and returns a function that
+// puts the IV back, for when the removal fails. Anything else in the
+// directory gives ENOTEMPTY and changes nothing. The kernel holds the
+// directory's lock during rmdir and rename, so no entry can appear through
+// the layer meanwhile; a crash between this and the removal leaves an empty
+// directory without an IV file, which readIV repairs.
+func (fs *FS) emptyOwn(ctx context.Context, path, lp string) (restore func(), err error) {
+	ents, err := fs.Lower.ReadDir(ctx, lp, false)
+	if err != nil {
+		return nil, err
+	}
+	var sides []string
+	for _, e := range ents {
+		switch {
+		case e.Name == dirIVName:
+		case isSide(e.Name) && !hasEntry(ents, strings.TrimSuffix(e.Name, longSuffix)):
+			sides = append(sides, e.Name) // left by a crash before its entry was made
+		default:
+			return nil, syscall.ENOTEMPTY
+		}
+	}
+	ivPath := layer.Join(lp, dirIVName)
+	var iv []byte
+	if d := fs.cache.dir(path); d != nil && d.lower == lp {
+		iv = d.iv
+	} else if b, err := layer.ReadFile(ctx, fs.Lower, ivPath); err == nil {
+		iv, _ = checkIV(fs.ivKey, b)
+	}
+	for _, s := range sides {
+		if err := fs.Lower.Unlink(ctx, layer.Join(lp, s)); err != nil && !errors.Is(err, syscall.ENOENT) {
+			return nil, err
+		}
+	}
+	if err := fs.Lower.Unlink(ctx, ivPath); err != nil && !errors.Is(err, syscall.ENOENT) {
+		return nil, err
+	}
+	return func() {
+		if iv != nil {
+			writeNew(ctx, fs.Lower, ivPath, ivFile(fs.ivKey, iv), 0o444, true)
+		}
+	}, nil
+}
+
+func hasEntry(ents []layer.DirEntry, name string) bool {
+	for _, e := range ents {
+		if e.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // --- other objects ---
@@ -575,14 +664,27 @@ func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32)
 			return err
 		}
 	}
-	if err := fs.Lower.Rename(ctx, olp, nlp, flags); err != nil {
+	err = fs.Lower.Rename(ctx, olp, nlp, flags)
+	if (errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST)) && !exchange && flags&unix.RENAME_NOREPLACE == 0 {
+		// The target may be a directory that holds only its IV.
+		restore, eerr := fs.emptyOwn(ctx, newpath, nlp)
+		if eerr != nil {
+			return eerr
+		}
+		if err = fs.Lower.Rename(ctx, olp, nlp, flags); err != nil {
+			restore()
+		}
+	}
+	if err != nil {
 		return err
 	}
 	// A directory moved (or replaced) takes its IV along: forget the
 	// cached paths below both names.
 	fs.cache.drop(oldpath)
 	fs.cache.drop(newpath)
-	if !exchange && olp != nlp {
+	// The old name's side file goes with its entry, unless a whiteout
+	// now stands under that name.
+	if !exchange && olp != nlp && flags&unix.RENAME_WHITEOUT == 0 {
 		fs.dropLong(ctx, olp, olong)
 	}
 	return nil

@@ -106,8 +106,11 @@ func lowerName(enc string) (string, bool) {
 // isLong reports whether a lower name is the long form; isOwn whether it is
 // a file of the layer's own (IV, side file, configuration), never listed.
 func isLong(lname string) bool { return strings.HasPrefix(lname, longPrefix) && !isOwn(lname) }
-func isOwn(lname string) bool {
-	return strings.HasPrefix(lname, ".") || strings.HasPrefix(lname, longPrefix) && strings.HasSuffix(lname, longSuffix)
+func isOwn(lname string) bool  { return strings.HasPrefix(lname, ".") || isSide(lname) }
+
+// isSide reports whether a lower name is a long name's side file.
+func isSide(lname string) bool {
+	return strings.HasPrefix(lname, longPrefix) && strings.HasSuffix(lname, longSuffix)
 }
 
 // ivFile is the content of a directory's IV file: the IV and a MAC of it
@@ -129,8 +132,14 @@ func checkIV(key, b []byte) ([]byte, bool) {
 	return iv, hmac.Equal(ivFile(key, iv), b)
 }
 
-// checkLong verifies that a side file's content belongs to the long name.
+// checkLong verifies that a side file's content belongs to the long name
+// and is the canonical long form: an encoded name short enough to be
+// stored as itself is never stored as a long one (else one name could
+// have two lower entries).
 func checkLong(lname string, enc []byte) bool {
+	if len(enc) <= maxEncoded {
+		return false
+	}
 	h := sha256.Sum256(enc)
 	return lname == longPrefix+b64.EncodeToString(h[:]) && !bytes.ContainsAny(enc, "/\x00")
 }

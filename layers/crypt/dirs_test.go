@@ -1,0 +1,517 @@
+package crypt
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"cairn/fusefs"
+	"cairn/internal/mounttest"
+	"cairn/layer"
+)
+
+// smallCache stacks a crypt layer over dir with a tiny name cache.
+func smallCache(t *testing.T, dir string, dirs, names int) *FS {
+	t.Helper()
+	l, err := openLocal(t, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, err := Unlock(context.Background(), l, testPass, false, Options{CacheDirs: dirs, CacheNames: names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fs
+}
+
+// TestNameCacheIssueSequence is the sequence of issue 26 that corrupted a
+// directory with CacheDirs = 4: the cache was cleared at its limit while
+// a/b stayed cached without a, and the drop of an uncached a returned early.
+func TestNameCacheIssueSequence(t *testing.T) {
+	dir, _ := newVolume(t, InitParams{})
+	fs := smallCache(t, dir, 4, 1000)
+	ctx := context.Background()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{"a", "a/b", "y", "y/b", "x0"} {
+		_, err := fs.Mkdir(ctx, d, 0o755)
+		must(err)
+	}
+	_, err := fs.ReadDir(ctx, "a/b", false)
+	must(err)
+	must(fs.Rename(ctx, "a", "z", 0))
+	must(fs.Rmdir(ctx, "z/b"))
+	_, err = fs.Mkdir(ctx, "z/b", 0o755)
+	must(err)
+	must(fs.Rename(ctx, "z", "a", 0))
+	must(layer.WriteFile(ctx, fs, "a/b/secret", []byte("s"), 0o644))
+	fresh := open(t, dir)
+	ents, err := fresh.ReadDir(ctx, "a/b", false)
+	if err != nil || len(ents) != 1 || ents[0].Name != "secret" {
+		t.Fatalf("a/b after a remount: %v, %v", ents, err)
+	}
+	if b, err := layer.ReadFile(ctx, fresh, "a/b/secret"); err != nil || string(b) != "s" {
+		t.Fatalf("a/b/secret: %q %v", b, err)
+	}
+}
+
+// TestNameCacheModel runs random mkdir, rmdir, rename, create and unlink
+// against a model of the tree through a layer with a tiny name cache, and
+// checks every directory and file through a fresh stack (now and then) and
+// a fresh mount (at the end).
+func TestNameCacheModel(t *testing.T) {
+	seed := uint64(rand.Int64())
+	if s := os.Getenv("CAIRN_CRYPT_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("seed %d (CAIRN_CRYPT_SEED replays it)", seed)
+	r := rand.New(rand.NewPCG(seed, 26))
+	dir, _ := newVolume(t, InitParams{})
+	fs := smallCache(t, dir, 4, 12)
+	// ref shares fs's lower (whose own directory cache must see the
+	// renames) and gets an empty name cache for each check.
+	ref, err := Unlock(context.Background(), fs.Lower, testPass, false, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	model := map[string]string{"": "/"} // path -> "/" for a directory, content for a file
+	paths := func(wantDir bool) []string {
+		var out []string
+		for p, v := range model {
+			if (v == "/") == wantDir {
+				out = append(out, p)
+			}
+		}
+		sort.Strings(out)
+		return out
+	}
+	names := []string{"a", "b", strings.Repeat("L", 200)}
+	pick := func(s []string) string { return s[r.IntN(len(s))] }
+	// Paths that were renamed away or removed come back often: a stale
+	// cache entry does damage when a path it describes is used again.
+	var gone []string
+	newPath := func() string {
+		if len(gone) > 0 && r.IntN(2) == 0 {
+			p := gone[r.IntN(len(gone))]
+			if d, _ := layer.Split(p); model[d] == "/" {
+				return p
+			}
+		}
+		return layer.Join(pick(paths(true)), pick(names))
+	}
+	// Small, shallow trees (at most 10 directories, 4 levels) make the
+	// same paths come back often, which is what a stale cache entry needs
+	// to do damage.
+	tooDeep := func(p string) bool { return strings.Count(p, "/") >= 4 }
+	isEmptyDir := func(p string) bool {
+		for q := range model {
+			if strings.HasPrefix(q, p+"/") {
+				return false
+			}
+		}
+		return true
+	}
+	ops := 3000
+	if os.Getenv("CAIRN_LONG") != "" {
+		ops = 30000
+	}
+	for i := 0; i < ops; i++ {
+		if len(gone) > 8 {
+			gone = gone[1:]
+		}
+		switch op := r.IntN(11); {
+		case op == 10: // list a directory (which caches its path)
+			p := pick(paths(true))
+			ents, err := fs.ReadDir(ctx, p, false)
+			var got []string
+			for _, e := range ents {
+				got = append(got, layer.Join(p, e.Name))
+			}
+			if want := children(model, p); err != nil || fmt.Sprint(sorted(got)) != fmt.Sprint(want) {
+				t.Fatalf("op %d: %s lists %q, %v; want %q", i, p, sorted(got), err, want)
+			}
+		case op < 3: // mkdir
+			p := newPath()
+			if tooDeep(p) || len(paths(true)) >= 10 {
+				continue
+			}
+			_, err := fs.Mkdir(ctx, p, 0o755)
+			if _, ok := model[p]; ok {
+				if !errors.Is(err, syscall.EEXIST) {
+					t.Fatalf("op %d: mkdir %s over an existing one: %v", i, p, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("op %d: mkdir %s: %v", i, p, err)
+			}
+			model[p] = "/"
+		case op < 5: // create
+			p := newPath()
+			if model[p] == "/" {
+				continue
+			}
+			c := fmt.Sprintf("%s #%d", p, i)
+			if err := layer.WriteFile(ctx, fs, p, []byte(c), 0o644); err != nil {
+				t.Fatalf("op %d: write %s: %v", i, p, err)
+			}
+			model[p] = c
+		case op < 6: // rmdir
+			ds := paths(true)[1:]
+			if len(ds) == 0 {
+				continue
+			}
+			p := pick(ds)
+			err := fs.Rmdir(ctx, p)
+			if !isEmptyDir(p) {
+				if !errors.Is(err, syscall.ENOTEMPTY) {
+					t.Fatalf("op %d: rmdir of non-empty %s: %v", i, p, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("op %d: rmdir %s: %v", i, p, err)
+			}
+			delete(model, p)
+			gone = append(gone, p)
+		case op < 7: // unlink
+			fl := paths(false)
+			if len(fl) == 0 {
+				continue
+			}
+			p := pick(fl)
+			if err := fs.Unlink(ctx, p); err != nil {
+				t.Fatalf("op %d: unlink %s: %v", i, p, err)
+			}
+			delete(model, p)
+		default: // rename, of a directory mostly
+			var from string
+			if r.IntN(4) == 0 && len(paths(false)) > 0 {
+				from = pick(paths(false))
+			} else if ds := paths(true)[1:]; len(ds) > 0 {
+				from = pick(ds)
+			} else {
+				continue
+			}
+			to := newPath()
+			if to == from || strings.HasPrefix(to, from+"/") {
+				continue
+			}
+			deep := false
+			for q := range model {
+				if q == from || strings.HasPrefix(q, from+"/") {
+					deep = deep || tooDeep(to+q[len(from):])
+				}
+			}
+			if deep {
+				continue
+			}
+			fv, tv, exists := model[from], model[to], false
+			_, exists = model[to]
+			if exists && ((fv == "/") != (tv == "/") || tv == "/" && !isEmptyDir(to)) {
+				continue // EISDIR, ENOTDIR, ENOTEMPTY: not the point here
+			}
+			if err := fs.Rename(ctx, from, to, 0); err != nil {
+				t.Fatalf("op %d: rename %s %s: %v", i, from, to, err)
+			}
+			moved := map[string]string{}
+			for q, v := range model {
+				if q == from || strings.HasPrefix(q, from+"/") {
+					moved[to+q[len(from):]] = v
+					delete(model, q)
+				}
+			}
+			for q, v := range moved {
+				model[q] = v
+			}
+			gone = append(gone, from)
+		}
+		checkCache(t, i, fs, ref, model)
+		if i%500 == 499 {
+			checkTree(t, fmt.Sprintf("op %d, a fresh stack", i), open(t, dir), model)
+		}
+	}
+	checkTree(t, "the layer itself", fs, model)
+	m := mounttest.Mount(t, open(t, dir))
+	checkMount(t, m.Dir, model)
+}
+
+// checkCache checks that every directory in fs's name cache exists and has
+// the lower path and IV that a layer with an empty cache finds for it.
+func checkCache(t *testing.T, op int, fs, ref *FS, model map[string]string) {
+	t.Helper()
+	fs.cache.mu.Lock()
+	dirs := map[string]*dirEntry{}
+	for p, d := range fs.cache.dirs {
+		dirs[p] = d
+	}
+	fs.cache.mu.Unlock()
+	ref.cache = newNameCache(1<<10, 1<<10)
+	for p, d := range dirs {
+		if model[p] != "/" {
+			t.Fatalf("op %d: directory %q is cached but gone", op, p)
+		}
+		want, err := ref.dir(context.Background(), p)
+		if err != nil || want.lower != d.lower || !bytes.Equal(want.iv, d.iv) {
+			t.Fatalf("op %d: directory %q cached as %s (IV %x), is %v (%v)", op, p, d.lower, d.iv, want, err)
+		}
+	}
+}
+
+// checkTree lists every directory of the model through fs and reads every
+// file.
+func checkTree(t *testing.T, what string, fs *FS, model map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	for p, v := range model {
+		if v != "/" {
+			b, err := layer.ReadFile(ctx, fs, p)
+			if err != nil || string(b) != v {
+				t.Fatalf("%s: %s reads %q, %v; want %q", what, p, b, err, v)
+			}
+			continue
+		}
+		ents, err := fs.ReadDir(ctx, p, false)
+		if err != nil {
+			t.Fatalf("%s: listing %s: %v", what, p, err)
+		}
+		var got []string
+		for _, e := range ents {
+			got = append(got, layer.Join(p, e.Name))
+		}
+		if want := children(model, p); fmt.Sprint(sorted(got)) != fmt.Sprint(want) {
+			t.Fatalf("%s: %s lists %q, want %q", what, p, sorted(got), want)
+		}
+	}
+}
+
+// checkMount does the same through a mount.
+func checkMount(t *testing.T, root string, model map[string]string) {
+	t.Helper()
+	for p, v := range model {
+		full := filepath.Join(root, p)
+		if v != "/" {
+			b, err := os.ReadFile(full)
+			if err != nil || !bytes.Equal(b, []byte(v)) {
+				t.Fatalf("mount: %s reads %q, %v; want %q", p, b, err, v)
+			}
+			continue
+		}
+		ents, err := os.ReadDir(full)
+		if err != nil {
+			t.Fatalf("mount: listing %s: %v", p, err)
+		}
+		var got []string
+		for _, e := range ents {
+			got = append(got, layer.Join(p, e.Name()))
+		}
+		if want := children(model, p); fmt.Sprint(sorted(got)) != fmt.Sprint(want) {
+			t.Fatalf("mount: %s lists %q, want %q", p, sorted(got), want)
+		}
+	}
+}
+
+func children(model map[string]string, dir string) []string {
+	var out []string
+	for q := range model {
+		if d, _ := layer.Split(q); q != "" && d == dir {
+			out = append(out, q)
+		}
+	}
+	return sorted(out)
+}
+
+func sorted(s []string) []string {
+	s = append([]string{}, s...)
+	sort.Strings(s)
+	return s
+}
+
+// errnoOf gives the errno of an error ("ok" for none), to compare with ext4.
+func errnoOf(err error) string {
+	var e syscall.Errno
+	if err == nil {
+		return "ok"
+	}
+	if errors.As(err, &e) {
+		return e.Error()
+	}
+	return err.Error()
+}
+
+// TestEmptyDirectories: rename of a directory onto an empty one, and rmdir,
+// see a directory that holds only the layer's own files as empty, as ext4
+// does; onto a non-empty one they fail and leave it whole. Compared with a
+// plain directory, op by op.
+func TestEmptyDirectories(t *testing.T) {
+	lower, fs := stack(t)
+	m := mounttest.MountOpts(t, fs, fusefs.Options{AllowOther: true})
+	plain := t.TempDir()
+	type step struct {
+		what string
+		do   func(root string) error
+	}
+	w := func(p string) func(string) error {
+		return func(root string) error { return os.WriteFile(filepath.Join(root, p), []byte(p), 0o644) }
+	}
+	mk := func(p string) func(string) error {
+		return func(root string) error { return os.Mkdir(filepath.Join(root, p), 0o755) }
+	}
+	mv := func(a, b string) func(string) error {
+		// (os.Rename refuses an existing directory as the target by itself)
+		return func(root string) error { return unix.Rename(filepath.Join(root, a), filepath.Join(root, b)) }
+	}
+	rm := func(p string) func(string) error {
+		return func(root string) error { return syscall.Rmdir(filepath.Join(root, p)) }
+	}
+	long := strings.Repeat("n", 220)
+	steps := []step{
+		{"mkdir src", mk("src")}, {"write src/f", w("src/f")}, {"mkdir empty", mk("empty")},
+		{"rename src onto empty", mv("src", "empty")},
+		{"mkdir full", mk("full")}, {"write full/g", w("full/g")}, {"mkdir src2", mk("src2")},
+		{"rename src2 onto full", mv("src2", "full")},
+		{"rename empty onto full", mv("empty", "full")},
+		{"rmdir full", rm("full")},
+		{"mkdir " + long, mk(long)}, {"mkdir e2", mk("e2")},
+		{"rename e2 onto long", mv("e2", long)},
+		{"rename long onto src2", mv(long, "src2")},
+		{"rmdir src2", rm("src2")},
+		{"mkdir d", mk("d")}, {"write d/x", w("d/x")},
+		{"rmdir d (not empty)", rm("d")},
+		{"rename file onto empty dir", func(root string) error {
+			os.Mkdir(filepath.Join(root, "e3"), 0o755)
+			return unix.Rename(filepath.Join(root, "d", "x"), filepath.Join(root, "e3"))
+		}},
+		{"rmdir e3", rm("e3")},
+	}
+	for _, s := range steps {
+		want, got := errnoOf(s.do(plain)), errnoOf(s.do(m.Dir))
+		if want != got {
+			t.Errorf("%s: %s through the mount, %s on ext4", s.what, got, want)
+		}
+	}
+	// The trees are the same, and every directory still lists.
+	model := map[string]string{}
+	filepath.WalkDir(plain, func(p string, d os.DirEntry, err error) error {
+		rel, _ := filepath.Rel(plain, p)
+		if rel == "." {
+			rel = ""
+		}
+		if d.IsDir() {
+			model[rel] = "/"
+		} else {
+			b, _ := os.ReadFile(p)
+			model[rel] = string(b)
+		}
+		return nil
+	})
+	checkMount(t, m.Dir, model)
+	checkTree(t, "a fresh stack", open(t, lower), model)
+
+	// What a crash between removing the IV and the rmdir (or rename) can
+	// leave: an empty directory without its IV, with an orphan side file.
+	ctx := context.Background()
+	if err := os.Mkdir(m.Path("crashed"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lp, _ := fs.lowerPath(ctx, "crashed")
+	os.Remove(filepath.Join(lower, lp, dirIVName))
+	os.WriteFile(filepath.Join(lower, lp, longPrefix+"orphan"+longSuffix), []byte("x"), 0o444)
+	fresh := open(t, lower)
+	if ents, err := fresh.ReadDir(ctx, "crashed", false); err != nil || len(ents) != 0 {
+		t.Fatalf("empty directory without its IV: %v, %v", ents, err)
+	}
+	if err := fresh.Rmdir(ctx, "crashed"); err != nil {
+		t.Fatalf("rmdir of a directory with only an orphan side file: %v", err)
+	}
+}
+
+// TestWhiteoutLongName: renameat2(RENAME_WHITEOUT) leaves a whiteout (a
+// character device 0:0) under the old name, as on ext4; a long old name
+// keeps its side file, so the directory still lists.
+func TestWhiteoutLongName(t *testing.T) {
+	lower, fs := stack(t)
+	m := mounttest.MountOpts(t, fs, fusefs.Options{AllowOther: true})
+	plain := t.TempDir()
+	long := strings.Repeat("w", 200)
+	list := func(dir string) string {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			return err.Error()
+		}
+		var out []string
+		for _, e := range ents {
+			fi, _ := e.Info()
+			st, _ := fi.Sys().(*syscall.Stat_t)
+			out = append(out, fmt.Sprintf("%s %v %d", e.Name(), fi.Mode().Type(), st.Rdev))
+		}
+		return strings.Join(out, ", ")
+	}
+	for _, root := range []string{plain, m.Dir} {
+		for _, n := range []string{long, "short"} {
+			if err := os.WriteFile(filepath.Join(root, n), []byte(n), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			err := unix.Renameat2(unix.AT_FDCWD, filepath.Join(root, n), unix.AT_FDCWD, filepath.Join(root, n+".moved"), unix.RENAME_WHITEOUT)
+			if err != nil {
+				t.Fatalf("%s: renameat2 %s: %v", root, n[:5], err)
+			}
+		}
+	}
+	if got, want := list(m.Dir), list(plain); got != want {
+		t.Errorf("listing through the mount:\n%s\non ext4:\n%s", got, want)
+	}
+	ents, err := open(t, lower).ReadDir(context.Background(), "", false)
+	if err != nil || len(ents) != 4 {
+		t.Errorf("a fresh stack lists %d entries, %v", len(ents), err)
+	}
+	// And the whiteout goes away with its side file.
+	if err := os.Remove(m.Path(long)); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range lowerNames(t, lower) {
+		if isSide(n) {
+			if _, err := os.Lstat(filepath.Join(lower, strings.TrimSuffix(n, longSuffix))); err != nil {
+				t.Errorf("side file %s without its entry", n)
+			}
+		}
+	}
+}
+
+// TestLongNameCanonical: a long-name entry whose side file holds an
+// encoded name short enough to be stored as itself is refused (left out
+// of the listing), so one name cannot have two lower entries.
+func TestLongNameCanonical(t *testing.T) {
+	lower, fs := stack(t)
+	ctx := context.Background()
+	if err := layer.WriteFile(ctx, fs, "short", []byte("s"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lp, _ := fs.lowerPath(ctx, "short")
+	enc := filepath.Base(lp)
+	h := sha256.Sum256([]byte(enc))
+	planted := longPrefix + b64.EncodeToString(h[:])
+	os.WriteFile(filepath.Join(lower, planted+longSuffix), []byte(enc), 0o444)
+	os.Link(filepath.Join(lower, lp), filepath.Join(lower, planted))
+	ents, err := open(t, lower).ReadDir(ctx, "", false)
+	if err != nil || len(ents) != 1 || ents[0].Name != "short" {
+		t.Fatalf("listing: %v, %v", ents, err)
+	}
+}
