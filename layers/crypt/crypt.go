@@ -285,7 +285,8 @@ func (fs *FS) lowerEntry(ctx context.Context, path string) (lpath string, d *dir
 	return layer.Join(d.lower, lname), d, long, nil
 }
 
-// writeLong writes the side file of a long name before the entry is made.
+// writeLong writes the side file of a long name before the entry is made,
+// and syncs it: the entry cannot be read without it (see Mkdir's IV).
 func (fs *FS) writeLong(ctx context.Context, lpath, long string) error {
 	if long == "" {
 		return nil
@@ -300,7 +301,13 @@ func (fs *FS) writeLong(ctx context.Context, lpath, long string) error {
 	if err != nil {
 		return err
 	}
-	_, err = f.WriteAt(ctx, []byte(long), 0)
+	n, err := f.WriteAt(ctx, []byte(long), 0)
+	if err == nil && n != len(long) {
+		err = fmt.Errorf("crypt: short write of %s (%d of %d bytes)", side, n, len(long))
+	}
+	if err == nil {
+		err = f.Fsync(ctx, false)
+	}
 	if rerr := f.Release(ctx); err == nil {
 		err = rerr
 	}
@@ -473,10 +480,16 @@ func (fs *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, 
 		return a, err
 	}
 	iv := make([]byte, dirIVSize)
-	io.ReadFull(fs.rand, iv)
-	// Not synced (an fsync per mkdir would cost more than the rest of
-	// it): readIV repairs the empty IV file a crash can leave.
-	if err := writeNew(ctx, fs.Lower, layer.Join(lp, dirIVName), ivFile(fs.ivKey, iv), 0o444, false); err != nil {
+	if _, err := io.ReadFull(fs.rand, iv); err != nil {
+		fs.Lower.Rmdir(ctx, lp)
+		fs.dropLong(ctx, lp, long)
+		return layer.Attr{}, err
+	}
+	// Synced before mkdir returns, so before any entry in the directory
+	// can exist: every name in it depends on the IV, and the lower file
+	// system may make an entry durable (a journal commit) before the data
+	// of a file written earlier (delayed allocation).
+	if err := writeNew(ctx, fs.Lower, layer.Join(lp, dirIVName), ivFile(fs.ivKey, iv), 0o444, true); err != nil {
 		fs.Lower.Rmdir(ctx, lp)
 		fs.dropLong(ctx, lp, long)
 		return layer.Attr{}, err
