@@ -494,8 +494,11 @@ func (fs *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, 
 		fs.dropLong(ctx, lp, long)
 		return layer.Attr{}, err
 	}
-	if a.Mode&0o7777 != mode&0o7777 {
-		if a, err = fs.Lower.Setattr(ctx, lp, &layer.SetAttr{Valid: layer.SetMode, Mode: mode & 0o7777}); err != nil {
+	// The mode asked for, and the set-group-ID bit that the lower gave
+	// the directory in a set-group-ID parent.
+	want := mode&0o7777 | a.Mode&unix.S_ISGID
+	if a.Mode&0o7777 != want {
+		if a, err = fs.Lower.Setattr(ctx, lp, &layer.SetAttr{Valid: layer.SetMode, Mode: want}); err != nil {
 			return a, err
 		}
 	}

@@ -622,3 +622,48 @@ func TestIVDurable(t *testing.T) {
 		t.Errorf("only %d entries checked: %q", checked, events)
 	}
 }
+
+// TestSetgidDirectory: a directory made in a set-group-ID directory is
+// set-group-ID too, as on ext4, whatever mode is asked for.
+func TestSetgidDirectory(t *testing.T) {
+	_, fs := stack(t)
+	m := mounttest.MountOpts(t, fs, fusefs.Options{AllowOther: true})
+	plain := t.TempDir()
+	for _, root := range []string{plain, m.Dir} {
+		p := filepath.Join(root, "sg")
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Chmod(p, 0o2775); err != nil {
+			t.Fatal(err)
+		}
+		for _, mode := range []uint32{0o755, 0o700, 0o555} {
+			if err := unix.Mkdir(filepath.Join(p, fmt.Sprint(mode)), mode); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// And as another user, in a set-group-ID directory of root's group.
+	mounttest.NeedRoot(t)
+	nobody := mounttest.User{Uid: 65534, Gid: 65534}
+	for _, root := range []string{plain, m.Dir} {
+		for d := root; d != "/"; d = filepath.Dir(d) {
+			if fi, _ := os.Stat(d); fi.Mode().Perm()&0o005 != 0o005 {
+				os.Chmod(d, fi.Mode().Perm()|0o005)
+			}
+		}
+		unix.Chmod(filepath.Join(root, "sg"), 0o2777)
+		if out, err := nobody.Sh(t, filepath.Join(root, "sg"), "mkdir -m 700 user"); err != nil {
+			t.Fatalf("%s: %v %s", root, err, out)
+		}
+	}
+	for _, mode := range []any{0o755, 0o700, 0o555, "user"} {
+		var want, got unix.Stat_t
+		unix.Stat(filepath.Join(plain, "sg", fmt.Sprint(mode)), &want)
+		unix.Stat(m.Path("sg", fmt.Sprint(mode)), &got)
+		if got.Mode != want.Mode || got.Gid != want.Gid || got.Uid != want.Uid || want.Mode&unix.S_ISGID == 0 {
+			t.Errorf("mkdir %v in a set-group-ID directory: mode %o uid %d gid %d through the mount, %o %d %d on ext4",
+				mode, got.Mode, got.Uid, got.Gid, want.Mode, want.Uid, want.Gid)
+		}
+	}
+}
