@@ -327,32 +327,39 @@ func (fs *FS) decName(ctx context.Context, dpath string, d *dirEntry, lname stri
 	if n, ok := fs.cache.decoded(d, lname); ok {
 		return n, nil
 	}
-	enc := lname
+	var side []byte
 	if isLong(lname) {
-		side := layer.Join(d.lower, lname+longSuffix)
-		b, err := layer.ReadFile(ctx, fs.Lower, side)
-		if err != nil {
+		p := layer.Join(d.lower, lname+longSuffix)
+		var err error
+		if side, err = fs.readSide(ctx, p); err != nil {
 			if errors.Is(err, syscall.ENOENT) {
 				return "", corruptf("/"+dpath, "long name %s has no %s", layer.Join(d.lower, lname), longSuffix)
 			}
 			return "", err
 		}
-		if !checkLong(lname, b) {
-			return "", corruptf("/"+dpath, "long name %s does not match its %s", layer.Join(d.lower, lname), longSuffix)
-		}
-		enc = string(b)
-	} else if len(enc) > maxEncoded {
-		return "", corruptf("/"+dpath, "name %s is too long", layer.Join(d.lower, lname))
 	}
-	name, err := fs.names.decrypt(d.iv, enc)
-	if err == nil && !layer.ValidName(name) {
-		err = errName
-	}
+	name, enc, err := fs.names.decodeLower(d.iv, lname, side)
 	if err != nil {
-		return "", corruptf("/"+dpath, "name %s does not authenticate", layer.Join(d.lower, lname))
+		return "", corruptf("/"+dpath, "name %s: %v", layer.Join(d.lower, lname), err)
 	}
 	fs.cache.add(d, name, enc, lname)
 	return name, nil
+}
+
+// readSide reads a long name's side file, which is never longer than
+// maxSide: a longer one is damage, not a reason to read gigabytes.
+func (fs *FS) readSide(ctx context.Context, p string) ([]byte, error) {
+	f, err := fs.Lower.Open(ctx, p, unix.O_RDONLY|unix.O_NOFOLLOW)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Release(ctx)
+	b := make([]byte, maxSide+1)
+	n, err := readFull(ctx, f, b, 0)
+	if err != nil {
+		return nil, err
+	}
+	return b[:n], nil
 }
 
 // --- attributes ---

@@ -3,7 +3,10 @@ package crypt
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
 	"testing"
+
+	"cairn/layer"
 )
 
 // Fuzz tests of the decoders: whatever the lower holds, they return an
@@ -98,6 +101,44 @@ func FuzzIVFile(f *testing.F) {
 		iv, ok := checkIV(key, b)
 		if ok && !bytes.Equal(ivFile(key, iv), b) {
 			t.Fatal("forged IV file accepted")
+		}
+	})
+}
+
+// FuzzLowerName: a lower entry name (and, for a long name, its side file)
+// decodes only if it is the one lower form of a valid name in that
+// directory: one name never has two lower entries.
+func FuzzLowerName(f *testing.F) {
+	n, err := newNames(bytes.Repeat([]byte{5}, 64))
+	if err != nil {
+		f.Fatal(err)
+	}
+	iv := bytes.Repeat([]byte{1}, dirIVSize)
+	for _, name := range []string{"f", "file.txt", string(bytes.Repeat([]byte("x"), 200)), string(bytes.Repeat([]byte("y"), 255))} {
+		enc := n.encrypt(iv, name)
+		lname, long := lowerName(enc)
+		if long {
+			f.Add(lname, []byte(enc))
+			f.Add(lname, []byte(enc[:200]))
+		} else {
+			f.Add(lname, []byte(nil))
+			h := sha256.Sum256([]byte(enc))
+			f.Add(longPrefix+b64.EncodeToString(h[:]), []byte(enc)) // a short name in long form
+		}
+	}
+	f.Add("cairn.long.", []byte("x"))
+	f.Fuzz(func(t *testing.T, lname string, side []byte) {
+		name, enc, err := n.decodeLower(iv, lname, side)
+		if err != nil {
+			return
+		}
+		if !layer.ValidName(name) || len(name) > 255 {
+			t.Fatalf("%q decodes to the invalid name %q", lname, name)
+		}
+		want := n.encrypt(iv, name)
+		wl, long := lowerName(want)
+		if wl != lname || enc != want || long && string(side) != want {
+			t.Fatalf("%q (side %q) decodes to %q, whose lower form is %q (long %v)", lname, side, name, wl, long)
 		}
 	})
 }

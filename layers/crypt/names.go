@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/tink-crypto/tink-go/v2/daead/subtle"
+
+	"cairn/layer"
 )
 
 // Names are encrypted with AES-SIV (RFC 5297, deterministic authenticated
@@ -31,6 +33,9 @@ const (
 	// common Linux file systems.
 	maxEncoded = 255
 	namePad    = 16
+	// maxSide bounds a side file: the encoded form of a 255-byte name
+	// (256 padded bytes and a 16-byte SIV) is 363 characters.
+	maxSide = 512
 )
 
 var b64 = base64.RawURLEncoding
@@ -93,6 +98,31 @@ func (n *names) decrypt(iv []byte, enc string) (string, error) {
 	return string(pt[:len(pt)-pad]), nil
 }
 
+// decodeLower gives the plaintext name of the lower entry lname in a
+// directory with iv, and its encoded form; side is the content of the side
+// file when lname is a long name. Only the canonical lower form of a name
+// decodes: lowerName(encrypt(iv, name)) is lname, and side is the encoded
+// form when lname is long.
+func (n *names) decodeLower(iv []byte, lname string, side []byte) (name, enc string, err error) {
+	enc = lname
+	if isLong(lname) {
+		if !checkLong(lname, side) {
+			return "", "", errors.New("does not match its " + longSuffix)
+		}
+		enc = string(side)
+	} else if len(enc) > maxEncoded {
+		return "", "", errors.New("too long")
+	}
+	name, err = n.decrypt(iv, enc)
+	if err == nil && (!layer.ValidName(name) || len(name) > 255) {
+		err = errName
+	}
+	if err != nil {
+		return "", "", errors.New("does not authenticate")
+	}
+	return name, enc, nil
+}
+
 // lowerName is the name stored in the lower directory for an encoded name,
 // and whether it is the long form (with a side file).
 func lowerName(enc string) (string, bool) {
@@ -137,7 +167,7 @@ func checkIV(key, b []byte) ([]byte, bool) {
 // stored as itself is never stored as a long one (else one name could
 // have two lower entries).
 func checkLong(lname string, enc []byte) bool {
-	if len(enc) <= maxEncoded {
+	if len(enc) <= maxEncoded || len(enc) > maxSide {
 		return false
 	}
 	h := sha256.Sum256(enc)
