@@ -667,3 +667,88 @@ func TestSetgidDirectory(t *testing.T) {
 		}
 	}
 }
+
+// TestLongPaths: paths up to PATH_MAX (4,095 bytes) work through the mount
+// as on ext4, although their lower paths are longer (names of 159 bytes
+// have 255-character lower names): mkdir, create, write, stat, list,
+// rename, unlink and rmdir, relative to a descriptor of the root; one byte
+// more is ENAMETOOLONG on both.
+func TestLongPaths(t *testing.T) {
+	lower, fs := stack(t)
+	m := mounttest.MountOpts(t, fs, fusefs.Options{AllowOther: true})
+	plain := t.TempDir()
+	for _, size := range []int{255, 159} {
+		var comps []string
+		n := 0
+		for n+size+1 <= unix.PathMax-1 {
+			comps = append(comps, strings.Repeat(string(rune('a'+len(comps)%26)), size))
+			n += size + 1
+		}
+		// The last name fills the path up to 4,095 bytes.
+		comps = append(comps, strings.Repeat("z", unix.PathMax-1-n))
+		dirs := comps[:len(comps)-1]
+		file := strings.Join(comps, "/")
+		if len(file) != unix.PathMax-1 {
+			t.Fatalf("path of %d bytes", len(file))
+		}
+		run := func(root string) []string {
+			rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(rfd)
+			var res []string
+			rec := func(what string, err error) { res = append(res, what+": "+errnoOf(err)) }
+			for i := range dirs {
+				rec("mkdir", unix.Mkdirat(rfd, strings.Join(dirs[:i+1], "/"), 0o755))
+			}
+			fd, err := unix.Openat(rfd, file, unix.O_CREAT|unix.O_RDWR, 0o644)
+			rec("create", err)
+			if err == nil {
+				_, err = unix.Write(fd, []byte("deep"))
+				rec("write", err)
+				unix.Close(fd)
+			}
+			var st unix.Stat_t
+			err = unix.Fstatat(rfd, file, &st, unix.AT_SYMLINK_NOFOLLOW)
+			rec(fmt.Sprintf("stat (size %d)", st.Size), err)
+			fd, err = unix.Openat(rfd, strings.Join(dirs, "/"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+			rec("open dir", err)
+			if err == nil {
+				f := os.NewFile(uintptr(fd), "dir")
+				names, err := f.Readdirnames(-1)
+				rec(fmt.Sprintf("list %d", len(names)), err)
+				f.Close()
+			}
+			fd, err = unix.Openat(rfd, file, unix.O_RDONLY, 0)
+			rec("open", err)
+			if err == nil {
+				b := make([]byte, 10)
+				k, err := unix.Read(fd, b)
+				rec("read "+string(b[:max(k, 0)]), err)
+				unix.Close(fd)
+			}
+			rec("create one byte longer", func() error {
+				fd, err := unix.Openat(rfd, file+"z", unix.O_CREAT|unix.O_RDWR, 0o644)
+				if err == nil {
+					unix.Close(fd)
+				}
+				return err
+			}())
+			moved := strings.Join(dirs, "/") + "/" + strings.Repeat("y", len(comps[len(comps)-1]))
+			rec("rename", unix.Renameat(rfd, file, rfd, moved))
+			rec("unlink", unix.Unlinkat(rfd, moved, 0))
+			for i := len(dirs); i > 0; i-- {
+				rec("rmdir", unix.Unlinkat(rfd, strings.Join(dirs[:i], "/"), unix.AT_REMOVEDIR))
+			}
+			return res
+		}
+		want, got := run(plain), run(m.Dir)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("names of %d bytes:\nthrough the mount: %q\non ext4:           %q", size, got, want)
+		}
+		if ents, _ := os.ReadDir(lower); len(ents) != 2 { // the IV and the configuration
+			t.Errorf("left in the lower: %d entries", len(ents))
+		}
+	}
+}
