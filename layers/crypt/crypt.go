@@ -369,7 +369,7 @@ func (fs *FS) fixAttr(a *layer.Attr) {
 	switch {
 	case a.IsRegular():
 		a.Size, _ = fs.c.plainSize(a.Size)
-	case a.IsSymlink():
+	case a.IsSymlink() && a.Size != uint64(longLinkSize): // (a long one: fixLink)
 		n := a.Size * 6 / 8 // base64 without padding
 		if n > uint64(fs.meta.NonceSize()+fs.meta.Overhead()) {
 			a.Size = n - uint64(fs.meta.NonceSize()+fs.meta.Overhead())
@@ -389,6 +389,7 @@ func (fs *FS) Getattr(ctx context.Context, path string) (layer.Attr, error) {
 		return a, err
 	}
 	fs.fixAttr(&a)
+	fs.fixLink(ctx, lp, &a)
 	return a, nil
 }
 
@@ -413,6 +414,7 @@ func (fs *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (laye
 		return a, err
 	}
 	fs.fixAttr(&a)
+	fs.fixLink(ctx, lp, &a)
 	return a, nil
 }
 
@@ -441,10 +443,11 @@ func (fs *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirE
 		if err != nil {
 			return nil, err
 		}
-		e.Name = name
 		if e.Attr != nil {
 			fs.fixAttr(e.Attr)
+			fs.fixLink(ctx, layer.Join(d.lower, e.Name), e.Attr)
 		}
+		e.Name = name
 		out = append(out, e)
 	}
 	return out, nil
@@ -617,19 +620,72 @@ func (fs *FS) make(ctx context.Context, path string, mk func(lp string) (layer.A
 		return a, err
 	}
 	fs.fixAttr(&a)
+	fs.fixLink(ctx, lp, &a)
 	return a, nil
 }
 
 const symlinkAAD = "cairn-crypt v1 symlink"
 
 func (fs *FS) Symlink(ctx context.Context, target, path string) (layer.Attr, error) {
-	nonce := make([]byte, fs.meta.NonceSize())
-	io.ReadFull(fs.rand, nonce)
-	enc := b64.EncodeToString(fs.meta.Seal(nonce, nonce, []byte(target), []byte(symlinkAAD)))
-	if len(enc) >= unix.PathMax {
+	if len(target) >= unix.PathMax {
 		return layer.Attr{}, syscall.ENAMETOOLONG
 	}
-	return fs.make(ctx, path, func(lp string) (layer.Attr, error) { return fs.Lower.Symlink(ctx, enc, lp) })
+	nonce := make([]byte, fs.meta.NonceSize())
+	if _, err := io.ReadFull(fs.rand, nonce); err != nil {
+		return layer.Attr{}, err
+	}
+	enc := b64.EncodeToString(fs.meta.Seal(nonce, nonce, []byte(target), []byte(symlinkAAD)))
+	if len(enc) < unix.PathMax {
+		return fs.make(ctx, path, func(lp string) (layer.Attr, error) { return fs.Lower.Symlink(ctx, enc, lp) })
+	}
+	// Too long for a lower symlink: the encrypted target goes to a file of
+	// its own, named by its hash, and the symlink names that file.
+	ltarget, store := longLink(len(target), enc)
+	if _, err := fs.Lower.Mkdir(ctx, longLinkDir, 0o700); err != nil && !errors.Is(err, syscall.EEXIST) {
+		return layer.Attr{}, err
+	}
+	if err := writeNew(ctx, fs.Lower, store, []byte(enc), 0o444, true); err != nil {
+		return layer.Attr{}, err
+	}
+	a, err := fs.make(ctx, path, func(lp string) (layer.Attr, error) { return fs.Lower.Symlink(ctx, ltarget, lp) })
+	if err != nil {
+		fs.Lower.Unlink(ctx, store)
+		return a, err
+	}
+	a.Size = uint64(len(target))
+	return a, nil
+}
+
+// fixLink gives a symlink whose target is in a file of its own (see
+// longLink) its plaintext size, which its lower size does not tell.
+func (fs *FS) fixLink(ctx context.Context, lp string, a *layer.Attr) {
+	if a.IsSymlink() && a.Size == uint64(longLinkSize) {
+		if t, err := fs.Lower.Readlink(ctx, lp); err == nil {
+			if n, _, ok := parseLongLink(t); ok {
+				a.Size = uint64(n)
+			}
+		}
+	}
+}
+
+// dropLongLink removes the target file of the symlink at lp if the symlink
+// is about to lose its last name (the kernel holds the inode's lock during
+// unlink and rename, so no link can be added meanwhile); call it before
+// the removal, and the function it returns after it succeeded.
+func (fs *FS) dropLongLink(ctx context.Context, lp string) func() {
+	a, err := fs.Lower.Getattr(ctx, lp)
+	if err != nil || !a.IsSymlink() || a.Size != uint64(longLinkSize) || a.Nlink > 1 {
+		return func() {}
+	}
+	t, err := fs.Lower.Readlink(ctx, lp)
+	if err != nil {
+		return func() {}
+	}
+	_, store, ok := parseLongLink(t)
+	if !ok {
+		return func() {}
+	}
+	return func() { fs.Lower.Unlink(ctx, store) }
 }
 
 func (fs *FS) Readlink(ctx context.Context, path string) (string, error) {
@@ -641,15 +697,35 @@ func (fs *FS) Readlink(ctx context.Context, path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	size := -1
+	if n, store, ok := parseLongLink(enc); ok {
+		f, err := fs.Lower.Open(ctx, store, unix.O_RDONLY|unix.O_NOFOLLOW)
+		if errors.Is(err, syscall.ENOENT) {
+			return "", corruptf("/"+path, "symlink %s has no target file %s", lp, store)
+		}
+		if err != nil {
+			return "", err
+		}
+		b := make([]byte, maxLongLink+1)
+		k, err := readFull(ctx, f, b, 0)
+		f.Release(ctx)
+		if err != nil {
+			return "", err
+		}
+		if _, want, _ := parseLongLink(longLinkTarget(n, string(b[:k]))); want != store {
+			return "", corruptf("/"+path, "symlink %s does not match its target file %s", lp, store)
+		}
+		enc, size = string(b[:k]), n
+	}
 	b, err := b64.DecodeString(enc)
 	ns := fs.meta.NonceSize()
 	if err == nil && len(b) >= ns+fs.meta.Overhead() && b64.EncodeToString(b) == enc {
 		var t []byte
-		if t, err = fs.meta.Open(nil, b[:ns], b[ns:], []byte(symlinkAAD)); err == nil {
+		if t, err = fs.meta.Open(nil, b[:ns], b[ns:], []byte(symlinkAAD)); err == nil && (size < 0 || size == len(t)) {
 			return string(t), nil
 		}
 	}
-	return "", corruptf("/"+path, "symlink target %q does not authenticate", enc)
+	return "", corruptf("/"+path, "symlink target of %s does not authenticate", lp)
 }
 
 func (fs *FS) Link(ctx context.Context, oldpath, newpath string) (layer.Attr, error) {
@@ -665,9 +741,11 @@ func (fs *FS) Unlink(ctx context.Context, path string) error {
 	if err != nil {
 		return err
 	}
+	dropTarget := fs.dropLongLink(ctx, lp)
 	if err := fs.Lower.Unlink(ctx, lp); err != nil {
 		return err
 	}
+	dropTarget()
 	fs.dropLong(ctx, lp, long)
 	return nil
 }
@@ -687,6 +765,10 @@ func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32)
 			return err
 		}
 	}
+	dropTarget := func() {}
+	if !exchange {
+		dropTarget = fs.dropLongLink(ctx, nlp) // a symlink replaced
+	}
 	err = fs.Lower.Rename(ctx, olp, nlp, flags)
 	if (errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST)) && !exchange && flags&unix.RENAME_NOREPLACE == 0 {
 		// The target may be a directory that holds only its IV.
@@ -700,6 +782,9 @@ func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32)
 	}
 	if err != nil {
 		return err
+	}
+	if olp != nlp {
+		dropTarget()
 	}
 	// A directory moved (or replaced) takes its IV along: forget the
 	// cached paths below both names.

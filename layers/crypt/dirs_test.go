@@ -752,3 +752,87 @@ func TestLongPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestLongSymlinkTargets: symlink targets up to 4,095 bytes, as on ext4
+// (longer ones than a lower symlink holds once encrypted are stored in a
+// file of their own); their size, readlink, a hard link and a rename keep
+// working, and the target file goes with the last name.
+func TestLongSymlinkTargets(t *testing.T) {
+	lower, fs := stack(t)
+	m := mounttest.MountOpts(t, fs, fusefs.Options{AllowOther: true})
+	plain := t.TempDir()
+	targets := map[string]string{
+		"short": "a/b", "edge": strings.Repeat("e", 3043), "over": strings.Repeat("o", 3044),
+		"max": strings.Repeat("m/", 2047) + "x", "toolong": strings.Repeat("t", 4096),
+	}
+	run := func(root string) []string {
+		var res []string
+		for _, n := range []string{"short", "edge", "over", "max", "toolong"} {
+			p := filepath.Join(root, n)
+			err := os.Symlink(targets[n], p)
+			res = append(res, n+" symlink: "+errnoOf(err))
+			if err != nil {
+				continue
+			}
+			got, err := os.Readlink(p)
+			fi, _ := os.Lstat(p)
+			res = append(res, fmt.Sprintf("%s readlink %v size %d: %s", n, got == targets[n], fi.Size(), errnoOf(err)))
+		}
+		res = append(res, "link: "+errnoOf(os.Link(filepath.Join(root, "max"), filepath.Join(root, "max2"))))
+		res = append(res, "rename: "+errnoOf(os.Rename(filepath.Join(root, "over"), filepath.Join(root, "max"))))
+		got, err := os.Readlink(filepath.Join(root, "max2"))
+		res = append(res, fmt.Sprintf("max2 after rename over max: %v %s", got == targets["max"], errnoOf(err)))
+		got, err = os.Readlink(filepath.Join(root, "max"))
+		res = append(res, fmt.Sprintf("max after rename: %v %s", got == targets["over"], errnoOf(err)))
+		ents, _ := os.ReadDir(root)
+		for _, e := range ents {
+			fi, _ := e.Info()
+			res = append(res, fmt.Sprintf("listed %s %d", e.Name(), fi.Size()))
+		}
+		return res
+	}
+	want, got := run(plain), run(m.Dir)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("through the mount:\n%q\non ext4:\n%q", got, want)
+	}
+	// A fresh stack reads them too.
+	if got, err := open(t, lower).Readlink(context.Background(), "max2"); err != nil || got != targets["max"] {
+		t.Errorf("fresh stack: %d bytes, %v", len(got), err)
+	}
+	stores := func() int {
+		ents, _ := os.ReadDir(filepath.Join(lower, longLinkDir))
+		return len(ents)
+	}
+	if n := stores(); n != 2 { // max (as max2) and over (as max)
+		t.Errorf("%d target files, want 2", n)
+	}
+	// A changed target file, or a target file swapped for another, does
+	// not authenticate.
+	ctx := context.Background()
+	lt, _ := os.Readlink(filepath.Join(lower, must1(fs.lowerPath(ctx, "max2"))))
+	_, store, _ := parseLongLink(lt)
+	b, _ := os.ReadFile(filepath.Join(lower, store))
+	os.Chmod(filepath.Join(lower, store), 0o644)
+	b[100] ^= 1
+	os.WriteFile(filepath.Join(lower, store), b, 0o444)
+	if _, err := open(t, lower).Readlink(ctx, "max2"); !IsCorrupt(err) {
+		t.Errorf("changed target file: %v", err)
+	}
+	b[100] ^= 1
+	os.WriteFile(filepath.Join(lower, store), b, 0o444)
+	for _, n := range []string{"max", "max2", "edge", "short"} {
+		if err := os.Remove(m.Path(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := stores(); n != 0 {
+		t.Errorf("%d target files left after the last names went", n)
+	}
+}
+
+func must1[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
+	"fmt"
+	"strings"
 	"testing"
 
 	"cairn/layer"
@@ -139,6 +141,24 @@ func FuzzLowerName(f *testing.F) {
 		wl, long := lowerName(want)
 		if wl != lname || enc != want || long && string(side) != want {
 			t.Fatalf("%q (side %q) decodes to %q, whose lower form is %q (long %v)", lname, side, name, wl, long)
+		}
+	})
+}
+
+// FuzzLongLink: only the one form that longLink writes parses.
+func FuzzLongLink(f *testing.F) {
+	t0, _ := longLink(4095, "some encrypted target")
+	f.Add(t0)
+	f.Add(t0[:len(t0)-1] + "=")
+	f.Add("cairn.ln.-001." + t0[len(t0)-43:])
+	f.Fuzz(func(t *testing.T, s string) {
+		n, store, ok := parseLongLink(s)
+		if !ok {
+			return
+		}
+		h := store[len(longLinkDir)+1:]
+		if fmt.Sprintf("%s%04d.%s", longLinkPrefix, n, h) != s || n > 9999 || strings.Contains(h, "/") {
+			t.Fatalf("%q parses to %d, %q", s, n, store)
 		}
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/tink-crypto/tink-go/v2/daead/subtle"
@@ -96,6 +97,49 @@ func (n *names) decrypt(iv []byte, enc string) (string, error) {
 		return "", errName
 	}
 	return string(pt[:len(pt)-pad]), nil
+}
+
+// A symlink target too long for a lower symlink once encrypted (3,044 bytes
+// and more with AES-256-GCM) is stored in the file longLinkDir/HASH, HASH
+// being base64url(SHA-256(encrypted target)), and the lower symlink's target
+// is "cairn.ln.NNNN.HASH", NNNN the plaintext length in 4 decimal digits:
+// longLinkSize (57) characters, a length no base64 target has (never 1 more
+// than a multiple of 4), so that stat tells the two kinds apart.
+const (
+	longLinkPrefix = "cairn.ln."
+	longLinkDir    = ".cairn.links"
+	longLinkSize   = len(longLinkPrefix) + 5 + 43
+	maxLongLink    = 6000 // the encrypted form of a 4,095-byte target is 5,498 characters
+)
+
+// longLink gives the lower target of a long symlink target of n bytes whose
+// encrypted form is enc, and the path of the file that holds enc.
+func longLink(n int, enc string) (target, store string) {
+	t := longLinkTarget(n, enc)
+	return t, longLinkDir + "/" + t[len(t)-43:]
+}
+
+func longLinkTarget(n int, enc string) string {
+	h := sha256.Sum256([]byte(enc))
+	return fmt.Sprintf("%s%04d.%s", longLinkPrefix, n, b64.EncodeToString(h[:]))
+}
+
+// parseLongLink reads a lower target made by longLink.
+func parseLongLink(t string) (n int, store string, ok bool) {
+	if len(t) != longLinkSize || !strings.HasPrefix(t, longLinkPrefix) || t[len(longLinkPrefix)+4] != '.' {
+		return 0, "", false
+	}
+	for _, c := range t[len(longLinkPrefix) : len(longLinkPrefix)+4] {
+		if c < '0' || c > '9' {
+			return 0, "", false
+		}
+		n = 10*n + int(c-'0')
+	}
+	h := t[len(t)-43:]
+	if b, err := b64.DecodeString(h); err != nil || len(b) != sha256.Size || b64.EncodeToString(b) != h {
+		return 0, "", false
+	}
+	return n, longLinkDir + "/" + h, true
 }
 
 // decodeLower gives the plaintext name of the lower entry lname in a
