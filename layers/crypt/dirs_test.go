@@ -448,6 +448,7 @@ func TestEmptyDirectories(t *testing.T) {
 // character device 0:0) under the old name, as on ext4; a long old name
 // keeps its side file, so the directory still lists.
 func TestWhiteoutLongName(t *testing.T) {
+	mounttest.NeedRoot(t) // RENAME_WHITEOUT needs CAP_MKNOD
 	lower, fs := stack(t)
 	m := mounttest.MountOpts(t, fs, fusefs.Options{AllowOther: true})
 	plain := t.TempDir()
@@ -884,5 +885,44 @@ func TestTrustedXattrs(t *testing.T) {
 	k, _ := unix.Llistxattr(filepath.Join(lower, lp), buf)
 	if bytes.Contains(buf[:max(k, 0)], []byte("secretname")) || !bytes.HasPrefix(buf, []byte("trusted.")) {
 		t.Errorf("lower attributes: %q", buf[:max(k, 0)])
+	}
+}
+
+// TestDirectoriesAsAnotherUser: the same directory and name operations as
+// uid 65534, through the mount and on ext4, with the same results.
+func TestDirectoriesAsAnotherUser(t *testing.T) {
+	mounttest.NeedRoot(t)
+	_, fs := stack(t)
+	m := mounttest.MountOpts(t, fs, fusefs.Options{AllowOther: true})
+	plain := t.TempDir()
+	nobody := mounttest.User{Uid: 65534, Gid: 65534}
+	long := strings.Repeat("n", 200)
+	target := strings.Repeat("t/", 2000)
+	script := `
+mkdir src empty full sg && echo x > src/f && echo y > full/g || exit 1
+mv -T src empty; echo "rename onto empty: $?"
+mkdir src2; mv -T src2 full 2>/dev/null; echo "rename onto full: $?"
+rmdir full 2>/dev/null; echo "rmdir full: $?"
+mkdir ` + long + ` && mkdir e2 && mv -T e2 ` + long + `; echo "rename onto long: $?"
+rmdir ` + long + `; echo "rmdir long: $?"
+ln -s ` + target + ` link; echo "long symlink: $? $(readlink link | wc -c) $(stat -c %s link)"
+chmod 2777 sg && mkdir -m 700 sg/d && stat -c "setgid child: %a" sg/d
+find . | sort
+`
+	for _, root := range []string{plain, m.Dir} {
+		for d := root; d != "/"; d = filepath.Dir(d) {
+			if fi, _ := os.Stat(d); fi.Mode().Perm()&0o005 != 0o005 {
+				os.Chmod(d, fi.Mode().Perm()|0o005)
+			}
+		}
+		os.Chmod(root, 0o777)
+	}
+	want, err := nobody.Sh(t, plain, script)
+	if err != nil {
+		t.Fatalf("ext4: %v %s", err, want)
+	}
+	got, err := nobody.Sh(t, m.Dir, script)
+	if err != nil || got != want {
+		t.Errorf("as uid 65534 through the mount (%v):\n%s\non ext4:\n%s", err, got, want)
 	}
 }
