@@ -504,9 +504,11 @@ func (fs *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, 
 		fs.dropLong(ctx, lp, long)
 		return layer.Attr{}, err
 	}
-	// The mode asked for, and the set-group-ID bit that the lower gave
-	// the directory in a set-group-ID parent.
-	want := mode&0o7777 | a.Mode&unix.S_ISGID
+	// The mode asked for (mkdir takes no set-user-ID or set-group-ID
+	// bit from it, as the kernel's own mkdir does not), and the
+	// set-group-ID bit that the lower gave the directory in a
+	// set-group-ID parent.
+	want := mode&0o1777 | a.Mode&unix.S_ISGID
 	if a.Mode&0o7777 != want {
 		if a, err = fs.Lower.Setattr(ctx, lp, &layer.SetAttr{Valid: layer.SetMode, Mode: want}); err != nil {
 			return a, err
@@ -582,8 +584,10 @@ func (fs *FS) emptyOwn(ctx context.Context, path, lp string) (restore func(), er
 		return nil, err
 	}
 	return func() {
+		// As the daemon, not the caller: the caller may not be allowed
+		// to create files in the directory it tried to remove.
 		if iv != nil {
-			writeNew(ctx, fs.Lower, ivPath, ivFile(fs.ivKey, iv), 0o444, true)
+			writeNew(context.Background(), fs.Lower, ivPath, ivFile(fs.ivKey, iv), 0o444, true)
 		}
 	}, nil
 }
