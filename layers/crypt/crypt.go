@@ -525,14 +525,7 @@ func (fs *FS) Rmdir(ctx context.Context, path string) error {
 	if err != nil {
 		return err
 	}
-	a, err := fs.Lower.Getattr(ctx, lp)
-	if err != nil {
-		return err
-	}
-	if !a.IsDir() {
-		return syscall.ENOTDIR
-	}
-	restore, err := fs.emptyOwn(ctx, path, lp)
+	restore, err := fs.emptyOwn(ctx, path, lp) // ENOTDIR for a file
 	if err != nil {
 		return err
 	}
