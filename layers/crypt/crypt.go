@@ -637,11 +637,14 @@ func (fs *FS) Symlink(ctx context.Context, target, path string) (layer.Attr, err
 	}
 	// Too long for a lower symlink: the encrypted target goes to a file of
 	// its own, named by its hash, and the symlink names that file.
+	// The directory and file are the daemon's, not the caller's: every
+	// user's long symlinks go there.
 	ltarget, store := longLink(len(target), enc)
-	if _, err := fs.Lower.Mkdir(ctx, longLinkDir, 0o700); err != nil && !errors.Is(err, syscall.EEXIST) {
+	daemon := context.Background()
+	if _, err := fs.Lower.Mkdir(daemon, longLinkDir, 0o700); err != nil && !errors.Is(err, syscall.EEXIST) {
 		return layer.Attr{}, err
 	}
-	if err := writeNew(ctx, fs.Lower, store, []byte(enc), 0o444, true); err != nil {
+	if err := writeNew(daemon, fs.Lower, store, []byte(enc), 0o444, true); err != nil {
 		return layer.Attr{}, err
 	}
 	a, err := fs.make(ctx, path, func(lp string) (layer.Attr, error) { return fs.Lower.Symlink(ctx, ltarget, lp) })

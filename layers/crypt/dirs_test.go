@@ -925,4 +925,11 @@ find . | sort
 	if err != nil || got != want {
 		t.Errorf("as uid 65534 through the mount (%v):\n%s\non ext4:\n%s", err, got, want)
 	}
+	// A long symlink of a second user, after the first user's.
+	other := mounttest.User{Uid: 65533, Gid: 65533}
+	for _, root := range []string{plain, m.Dir} {
+		if out, err := other.Sh(t, root, "ln -s "+target+"x link2 && readlink link2 | wc -c"); err != nil || out != "4002\n" {
+			t.Errorf("%s: second user's long symlink: %v %q", root, err, out)
+		}
+	}
 }
