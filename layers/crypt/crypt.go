@@ -235,7 +235,8 @@ func (fs *FS) repairIV(ctx context.Context, path, lower string, exists bool) ([]
 			return nil, err
 		}
 	}
-	if err := writeNew(ctx, fs.Lower, p, ivFile(fs.ivKey, iv), 0o444, true); err != nil {
+	// As the daemon: whoever looks first may only read the directory.
+	if err := writeNew(context.Background(), fs.Lower, p, ivFile(fs.ivKey, iv), 0o444, true); err != nil {
 		return nil, err
 	}
 	return iv, nil
