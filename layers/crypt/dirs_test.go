@@ -901,7 +901,13 @@ func TestDirectoriesAsAnotherUser(t *testing.T) {
 	nobody := mounttest.User{Uid: 65534, Gid: 65534}
 	long := strings.Repeat("n", 200)
 	target := strings.Repeat("t/", 2000)
+	var deep []string // 4,089 bytes of 159-byte names: a lower path of over 6,000
+	for i := 0; i < 25; i++ {
+		deep = append(deep, strings.Repeat(string(rune('a'+i)), 159))
+	}
+	deepPath := strings.Join(deep, "/") + "/" + strings.Repeat("z", 89)
 	script := `
+mkdir -p ` + filepath.Dir(deepPath) + ` && echo deep > ` + deepPath + ` && cat ` + deepPath + ` && rm -r ` + deep[0] + `; echo "deep path: $?"` + `
 mkdir src empty full sg && echo x > src/f && echo y > full/g || exit 1
 mv -T src empty; echo "rename onto empty: $?"
 mkdir src2; mv -T src2 full 2>/dev/null; echo "rename onto full: $?"
