@@ -38,8 +38,10 @@ type FS struct {
 	bmu      sync.Mutex
 	badNames map[string]bool // lower paths of names left out of listings, logged once
 
-	mu    sync.Mutex
-	files map[uint64]*fileState // open files, by lower inode number
+	mu        sync.Mutex
+	files     map[uint64]*fileState // open files, by lower inode number
+	pending   map[uint64]bool       // journals left by a crash (journal.go), by inode
+	noJournal bool
 
 	xmu    sync.Mutex
 	xnames map[string]string // xattr name -> lower name (a few: ACLs, user.*)
@@ -58,6 +60,8 @@ type Options struct {
 	// Logger gets the lines about damage the layer works around (a name
 	// left out of a listing); default slog.Default().
 	Logger *slog.Logger
+	// NoJournal turns off the journal of in-place rewrites (journal.go).
+	NoJournal bool
 }
 
 // New stacks a crypt layer over lower, whose configuration is cfg and whose
@@ -78,7 +82,8 @@ func New(lower layer.FS, cfg *Config, master []byte, o Options) (*FS, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	c, err := newContent(cfg.Cipher, subkey(master, "content", 32), cfg.BlockSize, o.Rand)
+	protectProcess()
+	c, err := newContent(cfg.Cipher, keep(subkey(master, "content", 32)), cfg.BlockSize, o.Rand)
 	if err != nil {
 		return nil, err
 	}
@@ -90,13 +95,16 @@ func New(lower layer.FS, cfg *Config, master []byte, o Options) (*FS, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &FS{
+	fs := &FS{
 		Base: layer.Base{Lower: lower}, c: c, names: nm, xattr: xn,
-		meta:  newAEAD(cfg.Cipher, subkey(master, "meta", 32)),
-		ivKey: subkey(master, "diriv", 32),
+		meta:  newAEADClear(cfg.Cipher, subkey(master, "meta", 32)),
+		ivKey: keep(subkey(master, "diriv", 32)),
 		cache: newNameCache(o.CacheDirs, o.CacheNames), rand: o.Rand, log: o.Logger, badNames: map[string]bool{},
 		files: map[uint64]*fileState{}, xnames: map[string]string{},
-	}, nil
+		noJournal: o.NoJournal,
+	}
+	fs.loadPending(context.Background())
+	return fs, nil
 }
 
 // Unlock reads the configuration from lower and opens it with a passphrase
@@ -118,6 +126,7 @@ func Unlock(ctx context.Context, lower layer.FS, secret []byte, isMasterKey bool
 	} else if master, err = cfg.Unwrap(secret); err != nil {
 		return nil, fmt.Errorf("%w for %s", err, where(lower, ConfigName))
 	}
+	defer clear(master)
 	return New(lower, cfg, master, o)
 }
 
@@ -228,7 +237,7 @@ func (fs *FS) repairIV(ctx context.Context, path, lower string, exists bool) ([]
 	}
 	iv := make([]byte, dirIVSize)
 	if _, err := io.ReadFull(fs.rand, iv); err != nil {
-		return nil, err
+		return nil, randErr(err)
 	}
 	if exists {
 		if err := fs.Lower.Unlink(ctx, p); err != nil {
@@ -494,7 +503,7 @@ func (fs *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, 
 	if _, err := io.ReadFull(fs.rand, iv); err != nil {
 		fs.Lower.Rmdir(ctx, lp)
 		fs.dropLong(ctx, lp, long)
-		return layer.Attr{}, err
+		return layer.Attr{}, randErr(err)
 	}
 	// Synced before mkdir returns, so before any entry in the directory
 	// can exist: every name in it depends on the IV, and the lower file
@@ -505,13 +514,10 @@ func (fs *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, 
 		fs.dropLong(ctx, lp, long)
 		return layer.Attr{}, err
 	}
-	// The mode asked for (mkdir takes no set-user-ID or set-group-ID
-	// bit from it, as the kernel's own mkdir does not), and the
-	// set-group-ID bit that the lower gave the directory in a
-	// set-group-ID parent.
-	want := mode&0o1777 | a.Mode&unix.S_ISGID
-	if a.Mode&0o7777 != want {
-		if a, err = fs.Lower.Setattr(ctx, lp, &layer.SetAttr{Valid: layer.SetMode, Mode: want}); err != nil {
+	// Take back only the owner bits added above: the rest is the lower's
+	// (the caller's umask or a default ACL, a set-group-ID directory's bit).
+	if extra := a.Mode & 0o300 &^ mode; extra != 0 {
+		if a, err = fs.Lower.Setattr(ctx, lp, &layer.SetAttr{Valid: layer.SetMode, Mode: a.Mode & 0o7777 &^ extra}); err != nil {
 			return a, err
 		}
 	}
@@ -630,7 +636,7 @@ func (fs *FS) Symlink(ctx context.Context, target, path string) (layer.Attr, err
 	}
 	nonce := make([]byte, fs.meta.NonceSize())
 	if _, err := io.ReadFull(fs.rand, nonce); err != nil {
-		return layer.Attr{}, err
+		return layer.Attr{}, randErr(err)
 	}
 	enc := b64.EncodeToString(fs.meta.Seal(nonce, nonce, []byte(target), []byte(symlinkAAD)))
 	if len(enc) < unix.PathMax {
