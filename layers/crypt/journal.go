@@ -95,9 +95,6 @@ func (f *file) writeJournal(ctx context.Context, id []byte, lowerSize int64, rec
 	ctx = layer.WithCaller(ctx, layer.Self())
 	if st.jf == nil {
 		p := journalPath(st.ino)
-		// The journal is the layer's own: made with the daemon's identity,
-		// not the writer's (who may not create in the volume's root).
-		ctx := layer.WithCaller(ctx, layer.Self())
 		jf, _, err := f.fs.Lower.Create(ctx, p, syscall.O_RDWR|syscall.O_TRUNC, 0o600)
 		if errors.Is(err, syscall.ENOENT) {
 			if _, err = f.fs.Lower.Mkdir(ctx, journalDir, 0o700); err == nil || errors.Is(err, syscall.EEXIST) {
