@@ -78,6 +78,7 @@ func (f *file) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
 		return f.st.errno("getattr", f.path, err)
 	}
 	fillAttr(&a, &out.Attr)
+	out.Ino = f.st.inos.ino(a.ID())
 	return 0
 }
 
@@ -162,7 +163,11 @@ func (d *dir) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
 	e := &d.ents[d.pos]
 	d.pos++
 	d.last = e
-	return &fuse.DirEntry{Name: e.Name, Mode: e.Mode, Ino: e.Ino, Off: uint64(d.pos)}, 0
+	id := layer.ID{Dev: d.n.id.Dev, Branch: d.n.id.Branch, Ino: e.Ino}
+	if e.Attr != nil {
+		id = e.Attr.ID()
+	}
+	return &fuse.DirEntry{Name: e.Name, Mode: e.Mode, Ino: d.n.st.inos.direntIno(id), Off: uint64(d.pos)}, 0
 }
 
 // Lookup serves READDIRPLUS with the attributes that came with the listing.

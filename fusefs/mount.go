@@ -113,7 +113,10 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 	if !ra.IsDir() {
 		return nil, fmt.Errorf("the stack's root is not a directory")
 	}
-	st.root = &node{st: st}
+	// The root's file system takes the first namespace: its files keep
+	// the lower's inode numbers (see inoMap).
+	st.root = &node{st: st, id: ra.ID()}
+	rootIno := st.inos.ino(st.root.id)
 	fsname := o.FsName
 	if fsname == "" {
 		fsname = "cairn"
@@ -160,7 +163,7 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		EntryTimeout:    timeout(o.EntryTimeout, DefaultEntryTimeout),
 		AttrTimeout:     timeout(o.AttrTimeout, DefaultAttrTimeout),
 		NegativeTimeout: timeout(o.NegativeTimeout, DefaultNegativeTimeout),
-		RootStableAttr:  &fs.StableAttr{Mode: syscall.S_IFDIR, Ino: ra.Ino},
+		RootStableAttr:  &fs.StableAttr{Mode: syscall.S_IFDIR, Ino: rootIno},
 		Logger:          log.New(&slogWriter{o.Logger}, "", 0),
 	}
 	srv, err := fs.Mount(mountpoint, st.root, opts)

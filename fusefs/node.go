@@ -24,11 +24,13 @@ type state struct {
 	passthrough bool // every layer leaves data unchanged
 	log         *slog.Logger
 	root        *node
+	inos        inoMap
 }
 
 type node struct {
 	fs.Inode
 	st *state
+	id layer.ID // the object's identity (see inoMap)
 }
 
 var (
@@ -52,6 +54,7 @@ var (
 	_ fs.NodeRemovexattrer  = (*node)(nil)
 	_ fs.NodeStatfser       = (*node)(nil)
 	_ fs.NodeCopyFileRanger = (*node)(nil)
+	_ fs.NodeOnForgetter    = (*node)(nil)
 )
 
 // path is the node's path in the stack; false if the node was removed.
@@ -107,8 +110,9 @@ func (st *state) errno(op, path string, err error) syscall.Errno {
 	return e
 }
 
+// fillAttr fills out from a, all but the inode number, which is the node's
+// (see inoMap).
 func fillAttr(a *layer.Attr, out *fuse.Attr) {
-	out.Ino = a.Ino
 	out.Size = a.Size
 	out.Blocks = a.Blocks
 	out.Atime, out.Atimensec = uint64(a.Atime.Sec), uint32(a.Atime.Nsec)
@@ -121,12 +125,18 @@ func fillAttr(a *layer.Attr, out *fuse.Attr) {
 	out.Blksize = a.Blksize
 }
 
-// newChild makes (or finds, by inode number) the Inode for a looked-up or
+// newChild makes (or finds, by identity) the Inode for a looked-up or
 // created object and fills out.
 func (n *node) newChild(ctx context.Context, a *layer.Attr, out *fuse.EntryOut) *fs.Inode {
 	fillAttr(a, &out.Attr)
-	return n.NewInode(ctx, &node{st: n.st}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino})
+	id := a.ID()
+	ino := n.st.inos.ino(id)
+	out.Attr.Ino = ino
+	return n.NewInode(ctx, &node{st: n.st, id: id}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: ino})
 }
+
+// OnForget: the kernel has forgotten the node.
+func (n *node) OnForget() { n.st.inos.forget(n.id, n.StableAttr().Ino) }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	p, ok := n.child(name)
@@ -157,6 +167,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		return n.st.errno("getattr", p, err)
 	}
 	fillAttr(&a, &out.Attr)
+	out.Ino = n.StableAttr().Ino
 	return 0
 }
 
@@ -208,6 +219,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		return n.st.errno("setattr", p, err)
 	}
 	fillAttr(&a, &out.Attr)
+	out.Ino = n.StableAttr().Ino
 	return 0
 }
 
