@@ -15,6 +15,8 @@ type file struct {
 	f    layer.File
 	path string // at open time, for log lines
 	st   *state
+	req  <-chan struct{} // the OPEN or CREATE request's (see handOver)
+	ptfd int             // a descriptor handed to the kernel, until it holds the file; guarded by st.handMu
 }
 
 var (
@@ -33,15 +35,78 @@ var (
 	_ fs.FilePassthroughFder = (*file)(nil)
 )
 
-func (st *state) newFile(f layer.File, path string) *file {
-	return &file{f: f, path: path, st: st}
+func (st *state) newFile(ctx context.Context, f layer.File, path string) *file {
+	nf := &file{f: f, path: path, st: st, ptfd: -1}
+	if fc, ok := ctx.(*fuse.Context); ok {
+		nf.req = fc.Cancel
+	}
+	return nf
 }
 
+// PassthroughFd gives go-fuse a descriptor to register with the kernel as
+// the file's backing file. The layer's PassthroughFd returns a new
+// descriptor; the kernel takes its own reference when go-fuse registers it,
+// within the same request, so it is closed when the request is done
+// (rawFS), and the daemon holds no descriptor for a passed-through file
+// that it does not use otherwise.
 func (f *file) PassthroughFd() (int, bool) {
 	if !f.st.passthrough {
 		return -1, false
 	}
-	return f.f.PassthroughFd()
+	fd, ok := f.f.PassthroughFd()
+	if !ok {
+		return -1, false
+	}
+	f.st.handMu.Lock()
+	f.ptfd = fd
+	if f.st.handed == nil {
+		f.st.handed = make(map[<-chan struct{}][]*file)
+	}
+	f.st.handed[f.req] = append(f.st.handed[f.req], f)
+	f.st.handMu.Unlock()
+	return fd, true
+}
+
+// closeHanded closes the descriptor handed to the kernel, if still open.
+func (f *file) closeHanded() {
+	f.st.handMu.Lock()
+	defer f.st.handMu.Unlock()
+	if f.ptfd >= 0 {
+		syscall.Close(f.ptfd)
+		f.ptfd = -1
+	}
+}
+
+// handedOver runs when an OPEN or CREATE request is done: the kernel holds
+// the files registered in it.
+func (st *state) handedOver(req <-chan struct{}) {
+	st.handMu.Lock()
+	files := st.handed[req]
+	delete(st.handed, req)
+	st.handMu.Unlock()
+	for _, f := range files {
+		f.closeHanded()
+	}
+}
+
+// rawFS is go-fuse's raw file system with a hook at the end of OPEN and
+// CREATE requests (see file.PassthroughFd). A request is known by its
+// cancel channel, which go-fuse passes to the node's Open and Create in
+// their context; a descriptor that somehow escapes the hook is closed at
+// release.
+type rawFS struct {
+	fuse.RawFileSystem
+	st *state
+}
+
+func (r *rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	defer r.st.handedOver(cancel)
+	return r.RawFileSystem.Open(cancel, in, out)
+}
+
+func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	defer r.st.handedOver(cancel)
+	return r.RawFileSystem.Create(cancel, in, name, out)
 }
 
 func (f *file) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
@@ -69,6 +134,7 @@ func (f *file) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 }
 
 func (f *file) Release(ctx context.Context) syscall.Errno {
+	f.closeHanded()
 	return f.st.errno("release", f.path, f.f.Release(callerCtx(ctx)))
 }
 

@@ -166,8 +166,13 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		RootStableAttr:  &fs.StableAttr{Mode: syscall.S_IFDIR, Ino: rootIno},
 		Logger:          log.New(&slogWriter{o.Logger}, "", 0),
 	}
-	srv, err := fs.Mount(mountpoint, st.root, opts)
+	// fs.Mount, with the raw file system wrapped (see rawFS).
+	srv, err := fuse.NewServer(&rawFS{fs.NewNodeFS(st.root, opts), st}, mountpoint, &opts.MountOptions)
 	if err != nil {
+		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
 	return &Server{Server: srv, Mountpoint: mountpoint, Passthrough: st.passthrough}, nil

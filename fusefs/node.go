@@ -10,6 +10,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -25,6 +26,8 @@ type state struct {
 	log         *slog.Logger
 	root        *node
 	inos        inoMap
+	handMu      sync.Mutex
+	handed      map[<-chan struct{}][]*file // by request: descriptors handed to the kernel
 }
 
 type node struct {
@@ -232,7 +235,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if err != nil {
 		return nil, 0, n.st.errno("open", p, err)
 	}
-	return n.st.newFile(lf, p), n.st.openFlags(lf), 0
+	return n.st.newFile(ctx, lf, p), n.st.openFlags(lf), 0
 }
 
 // openFlags keeps the kernel's page cache across opens of a file that says
@@ -253,7 +256,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if err != nil {
 		return nil, nil, 0, n.st.errno("create", p, err)
 	}
-	return n.newChild(ctx, &a, out), n.st.newFile(lf, p), n.st.openFlags(lf), 0
+	return n.newChild(ctx, &a, out), n.st.newFile(ctx, lf, p), n.st.openFlags(lf), 0
 }
 
 // made finishes an operation that creates a directory entry.

@@ -96,10 +96,12 @@ type File interface {
 	Getlk(ctx context.Context, owner uint64, lk *Lock, flags uint32) (Lock, error)
 	Setlk(ctx context.Context, owner uint64, lk *Lock, flags uint32, wait bool) error
 
-	// PassthroughFd returns a descriptor of the lower file whose bytes are
-	// exactly this file's bytes, so the kernel may do the I/O itself. A layer
-	// that changes data must return false (the frontend also refuses
-	// passthrough when any layer of the stack declares ChangesData).
+	// PassthroughFd returns a new descriptor of the lower file whose bytes
+	// are exactly this file's bytes, so the kernel may do the I/O itself;
+	// the caller closes it (it shares the file's open file description,
+	// which it keeps alive, locks included, while open). A layer that
+	// changes data must return false (the frontend also refuses passthrough
+	// when any layer of the stack declares ChangesData).
 	PassthroughFd() (int, bool)
 }
 

@@ -50,6 +50,7 @@ type FS struct {
 	idle []*state
 	// claimed is the lower root directory, locked (see Claim).
 	claimed layer.File
+	claimFd int // its descriptor that holds the lock
 }
 
 // maxIdle is the number of closed files whose state is kept.
@@ -300,6 +301,7 @@ func (fs *FS) Close() error {
 		st.lower.Release(context.Background())
 	}
 	if claimed != nil {
+		unix.Close(fs.claimFd)
 		claimed.Release(context.Background()) // the lock goes with it
 	}
 	return nil

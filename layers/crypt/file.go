@@ -247,6 +247,7 @@ func (f *file) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if len(p) >= readaheadMin && !f.seq.Swap(true) {
 		if fd, ok := f.lower.PassthroughFd(); ok {
 			unix.Fadvise(fd, 0, 0, unix.FADV_SEQUENTIAL)
+			unix.Close(fd)
 		}
 	}
 	n, err := readFull(ctx, f.lower, buf, cstart)

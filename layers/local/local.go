@@ -32,6 +32,7 @@ type FS struct {
 	rootFd  int
 	asOwner bool // running as root: create objects as the caller
 	dirs    dirCache
+	fds     fdCache
 }
 
 var _ layer.FS = (*FS)(nil)
@@ -42,7 +43,9 @@ func New(root string) (*FS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local: cannot open directory %s: %w", root, err)
 	}
-	return &FS{root: root, rootFd: fd, asOwner: os.Geteuid() == 0}, nil
+	fs := &FS{root: root, rootFd: fd, asOwner: os.Geteuid() == 0}
+	fs.fds.init(fd)
+	return fs, nil
 }
 
 // Root is the directory's path.
@@ -52,6 +55,7 @@ func (fs *FS) Lowers() []layer.FS     { return nil }
 func (fs *FS) Changes() layer.Changes { return 0 }
 func (fs *FS) Close() error {
 	fs.dirs.close()
+	fs.fds.close()
 	return unix.Close(fs.rootFd)
 }
 
@@ -306,7 +310,7 @@ func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, err
 	if err != nil {
 		return nil, err
 	}
-	return &File{fd: fd}, nil
+	return fs.newFile(fd, flags), nil
 }
 
 func (fs *FS) Create(ctx context.Context, path string, flags int, mode uint32) (layer.File, layer.Attr, error) {
@@ -318,10 +322,10 @@ func (fs *FS) Create(ctx context.Context, path string, flags int, mode uint32) (
 	if err != nil {
 		return nil, layer.Attr{}, err
 	}
-	f := &File{fd: fd}
+	f := fs.newFile(fd, flags)
 	a, err := f.Getattr(ctx)
 	if err != nil {
-		unix.Close(fd)
+		f.Release(ctx)
 		return nil, layer.Attr{}, err
 	}
 	return f, a, nil
@@ -390,7 +394,9 @@ func (fs *FS) Link(ctx context.Context, oldpath, newpath string) (a layer.Attr, 
 }
 
 func (fs *FS) Unlink(ctx context.Context, path string) error {
-	return fs.inDir(path, func(dfd int, name string) error { return unix.Unlinkat(dfd, name, 0) })
+	return fs.inDir(path, func(dfd int, name string) error {
+		return fs.fds.removeName(dfd, name, func() error { return unix.Unlinkat(dfd, name, 0) })
+	})
 }
 
 func (fs *FS) Rmdir(ctx context.Context, path string) error {
@@ -405,7 +411,12 @@ func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32)
 	defer fs.dirs.invalidate(oldpath, newpath)
 	return fs.inDir(oldpath, func(odfd int, oname string) error {
 		return fs.inDir(newpath, func(ndfd int, nname string) error {
-			return unix.Renameat2(odfd, oname, ndfd, nname, uint(flags))
+			rename := func() error { return unix.Renameat2(odfd, oname, ndfd, nname, uint(flags)) }
+			if flags&unix.RENAME_EXCHANGE != 0 {
+				return rename()
+			}
+			// The target's name goes, perhaps its last.
+			return fs.fds.removeName(ndfd, nname, rename)
 		})
 	})
 }
