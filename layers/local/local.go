@@ -5,8 +5,9 @@
 // directories on the way and *at calls that do not follow a final symbolic
 // link, so no path, symlink or ".." in the directory can lead outside it,
 // even if the directory changes under us. Only open files and a bounded
-// cache of recently used directories hold descriptors, so the number of
-// descriptors does not grow with the number of files (see dirCache).
+// cache of recently used directories hold descriptors, both bounded, so the
+// number of descriptors grows neither with the number of files nor with
+// the number of open files (see dirCache and fdCache).
 //
 // Objects are created with the caller's identity: the creating thread takes
 // the caller's fsuid, fsgid and supplementary groups, so ownership, setgid
