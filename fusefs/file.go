@@ -15,7 +15,7 @@ type file struct {
 	f    layer.File
 	path string // at open time, for log lines
 	st   *state
-	req  <-chan struct{} // the OPEN or CREATE request's (see handOver)
+	req  <-chan struct{} // the OPEN or CREATE request's (see handedOver)
 	ptfd int             // a descriptor handed to the kernel, until it holds the file; guarded by st.handMu
 }
 
