@@ -151,3 +151,43 @@ func TestMuxBranchesOfOneFileSystem(t *testing.T) {
 		t.Error("raw/f and plain/f share st_ino")
 	}
 }
+
+// A layer that keeps state per open file (codec: the index) must key it
+// by the whole identity too: over a lower with a file system inside it,
+// two files with equal inode numbers stay two files.
+func TestFileSystemInsideCodecLower(t *testing.T) {
+	mounttest.Need(t)
+	outer := mounttest.Tmpfs(t, "")
+	inner := mounttest.Tmpfs(t, filepath.Join(outer, "sub"))
+	zs, err := codec.New(newLocal(t, outer), "zstd", codec.Options{Level: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { zs.Close() })
+	m := mounttest.Mount(t, zs)
+	mustWrite(t, m.Path("a1"), "outer file a1\n")
+	ino := lstat(t, filepath.Join(outer, "a1")).Ino
+	twin, want := "", ""
+	for i := 0; i < 1000 && twin == ""; i++ {
+		name := fmt.Sprintf("b%d", i)
+		content := fmt.Sprintf("inner file number %d, longer than a1\n", i)
+		mustWrite(t, m.Path("sub", name), content)
+		if lstat(t, filepath.Join(inner, name)).Ino == ino {
+			twin, want = name, content
+		}
+	}
+	if twin == "" {
+		t.Fatalf("no file of the inner tmpfs got inode number %d", ino)
+	}
+	f, err := os.Open(m.Path("sub", twin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if got := mustRead(t, m.Path("a1")); got != "outer file a1\n" {
+		t.Errorf("a1 reads %q while sub/%s is open", got, twin)
+	}
+	if got := mustRead(t, m.Path("sub", twin)); got != want {
+		t.Errorf("sub/%s reads %q, want %q", twin, got, want)
+	}
+}

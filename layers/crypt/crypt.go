@@ -33,7 +33,7 @@ type FS struct {
 	rand  io.Reader
 
 	mu    sync.Mutex
-	files map[uint64]*fileState // open files, by lower inode number
+	files map[layer.ID]*fileState // open files, by lower identity (device, branch, inode)
 
 	xmu    sync.Mutex
 	xnames map[string]string // xattr name -> lower name (a few: ACLs, user.*)
@@ -83,7 +83,7 @@ func New(lower layer.FS, cfg *Config, master []byte, o Options) (*FS, error) {
 		meta:  newAEAD(cfg.Cipher, subkey(master, "meta", 32)),
 		ivKey: subkey(master, "diriv", 32),
 		cache: newNameCache(o.CacheDirs, o.CacheNames), rand: o.Rand,
-		files: map[uint64]*fileState{}, xnames: map[string]string{},
+		files: map[layer.ID]*fileState{}, xnames: map[string]string{},
 	}, nil
 }
 

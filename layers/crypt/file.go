@@ -21,7 +21,7 @@ import (
 type fileState struct {
 	mu   sync.RWMutex // readers: ReadAt; writers: everything that changes the file
 	refs int          // guarded by FS.mu
-	ino  uint64
+	ino  layer.ID
 
 	hmu  sync.Mutex // guards id and aead (set by readers too)
 	id   []byte     // nil: not known yet (or the file is empty)
@@ -43,7 +43,7 @@ func (s *fileState) setKey(id []byte, a cipher.AEAD) {
 	s.hmu.Unlock()
 }
 
-func (fs *FS) state(ino uint64) *fileState {
+func (fs *FS) state(ino layer.ID) *fileState {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	s := fs.files[ino]
@@ -119,7 +119,7 @@ func (fs *FS) newFile(ctx context.Context, path string, lf layer.File, a *layer.
 			return nil, corruptf("/"+path, "the file's size (%d bytes below) is not that of a whole number of blocks: truncated", a.Size)
 		}
 	}
-	f := &file{fs: fs, lower: lf, st: fs.state(a.Ino), path: path, append: flags&unix.O_APPEND != 0}
+	f := &file{fs: fs, lower: lf, st: fs.state(a.ID()), path: path, append: flags&unix.O_APPEND != 0}
 	if flags&unix.O_TRUNC != 0 && flags&unix.O_ACCMODE != unix.O_RDONLY && a.IsRegular() {
 		f.st.mu.Lock()
 		err := f.truncate(ctx, 0)
