@@ -28,8 +28,11 @@ func TestMoreOpenFilesThanDaemonDescriptors(t *testing.T) {
 			const n = 3 * limit
 			files := make([]*os.File, n)
 			content := func(i int) string { return fmt.Sprintf("file %d\n", i) }
+			// In more directories than the daemon has descriptors.
+			name := func(i int) string { return fmt.Sprintf("d%d/held%d", i%(limit+limit/2), i) }
 			for i := range files {
-				f, err := os.OpenFile(p.Path(fmt.Sprintf("held%d", i)), os.O_RDWR|os.O_CREATE, 0o666)
+				os.Mkdir(p.Path(fmt.Sprintf("d%d", i%(limit+limit/2))), 0o777)
+				f, err := os.OpenFile(p.Path(name(i)), os.O_RDWR|os.O_CREATE, 0o666)
 				if err != nil {
 					t.Fatalf("open %d of %d: %v", i+1, n, err)
 				}
@@ -40,7 +43,7 @@ func TestMoreOpenFilesThanDaemonDescriptors(t *testing.T) {
 				}
 			}
 			// Another user opens, writes and reads.
-			out, err := mounttest.User{Uid: 65534, Gid: 65534}.Sh(t, p.Dir, `echo other > other && cat other && cat held7`)
+			out, err := mounttest.User{Uid: 65534, Gid: 65534}.Sh(t, p.Dir, `echo other > other && cat other && cat d7/held7`)
 			if want := "other\n" + content(7); err != nil || out != want {
 				t.Fatalf("another user: %q %v, want %q", out, err, want)
 			}
@@ -55,16 +58,16 @@ func TestMoreOpenFilesThanDaemonDescriptors(t *testing.T) {
 				buf := make([]byte, 64)
 				m, _ := f.ReadAt(buf, 0)
 				if string(buf[:m]) != want {
-					t.Fatalf("held%d reads %q, want %q", i, buf[:m], want)
+					t.Fatalf("%s reads %q, want %q", name(i), buf[:m], want)
 				}
 				if f.Sync() != nil {
-					t.Fatalf("fsync held%d", i)
+					t.Fatalf("fsync %s", name(i))
 				}
 			}
 			if top == "null" {
-				b, err := os.ReadFile(lower + "/held9")
+				b, err := os.ReadFile(lower + "/" + name(9))
 				if err != nil || !bytes.Equal(b, []byte(content(9)+"again\n")) {
-					t.Fatalf("lower held9: %q %v", b, err)
+					t.Fatalf("lower %s: %q %v", name(9), b, err)
 				}
 			}
 			fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.Cmd.Process.Pid))

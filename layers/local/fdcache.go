@@ -41,15 +41,20 @@ type fdCache struct {
 
 type fileKey struct{ dev, ino uint64 }
 
-// init sets the bound from the daemon's descriptor limit (half of it:
-// the rest is for directories, the FUSE device and short-lived
-// descriptors) and finds out whether handles can be opened.
-func (c *fdCache) init(rootFd int) {
+// nofile is the process's soft limit of open descriptors.
+func nofile() int {
 	var rl unix.Rlimit
-	c.max = 512
-	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil && rl.Cur < 1<<30 {
-		c.max = max(int(rl.Cur)/2, 16)
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) != nil || rl.Cur > 1<<30 {
+		return 1 << 30
 	}
+	return int(rl.Cur)
+}
+
+// init sets the bound from the daemon's descriptor limit (half of it: a
+// quarter is for directories (dirCache), the rest for the FUSE device and
+// short-lived descriptors) and finds out whether handles can be opened.
+func (c *fdCache) init(rootFd, limit int) {
+	c.max = max(limit/2, 16)
 	// open_by_handle_at wants a descriptor that is not O_PATH.
 	dir, err := unix.Openat(rootFd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {

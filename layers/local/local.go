@@ -45,7 +45,9 @@ func New(root string) (*FS, error) {
 		return nil, fmt.Errorf("local: cannot open directory %s: %w", root, err)
 	}
 	fs := &FS{root: root, rootFd: fd, asOwner: os.Geteuid() == 0}
-	fs.fds.init(fd)
+	limit := nofile()
+	fs.dirs.size = min(dirCacheSize, max(limit/4, 4))
+	fs.fds.init(fd, limit)
 	return fs, nil
 }
 
