@@ -92,6 +92,20 @@ func TestFileSystemInsideLower(t *testing.T) {
 	if a.Ino != ino {
 		t.Errorf("a1: st_ino %d, the lower's is %d", a.Ino, ino)
 	}
+	// A rename keeps st_ino, on either file system.
+	if err := os.Rename(m.Path("sub", twin), m.Path("sub", "renamed")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(m.Path("a1.link"), m.Path("a1.moved")); err != nil {
+		t.Fatal(err)
+	}
+	if r := lstat(t, m.Path("sub", "renamed")); r.Ino != b.Ino {
+		t.Errorf("sub/%s had st_ino %d, renamed it has %d", twin, b.Ino, r.Ino)
+	}
+	if r := lstat(t, m.Path("a1.moved")); r.Ino != a.Ino {
+		t.Errorf("a1.link had st_ino %d, renamed it has %d", a.Ino, r.Ino)
+	}
+	twin = "renamed"
 	// Writes land in the right file too.
 	mustWrite(t, m.Path("a1"), "new a1")
 	if got := mustRead(t, filepath.Join(outer, "a1")); got != "new a1" {
