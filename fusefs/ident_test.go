@@ -205,3 +205,24 @@ func TestFileSystemInsideCodecLower(t *testing.T) {
 		t.Errorf("sub/%s reads %q, want %q", twin, got, want)
 	}
 }
+
+// mux wraps its lowers' open files (to tag their attributes): the wrapper
+// must not lose what the lower file says, such as KeepCache.
+func TestMuxForwardsKeepCache(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(dir+"/f", make([]byte, 8192), 0o644)
+	d := &keepLayer{Base: layer.Base{Lower: newLocal(t, dir)}, keep: true}
+	mx, err := mux.New([]layer.FS{d}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := mounttest.Mount(t, mx)
+	for i := 0; i < 3; i++ {
+		if b, err := os.ReadFile(m.Path("0", "f")); err != nil || len(b) != 8192 {
+			t.Fatalf("read: %d %v", len(b), err)
+		}
+	}
+	if n := d.reads.Load(); n > 2 {
+		t.Errorf("%d reads reached the layer for 3 opens of a KeepCache file under mux", n)
+	}
+}
