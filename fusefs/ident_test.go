@@ -106,6 +106,11 @@ func TestFileSystemInsideLower(t *testing.T) {
 		t.Errorf("a1.link had st_ino %d, renamed it has %d", a.Ino, r.Ino)
 	}
 	twin = "renamed"
+	// Another user reads the same bytes.
+	out, err := mounttest.User{Uid: 65534, Gid: 65534}.Sh(t, m.Dir, "cat a1 sub/renamed")
+	if want := mustRead(t, filepath.Join(outer, "a1")) + mustRead(t, filepath.Join(inner, twin)); err != nil || out != want {
+		t.Errorf("uid 65534 reads %q (%v), want %q", out, err, want)
+	}
 	// Writes land in the right file too.
 	mustWrite(t, m.Path("a1"), "new a1")
 	if got := mustRead(t, filepath.Join(outer, "a1")); got != "new a1" {
