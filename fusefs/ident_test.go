@@ -24,7 +24,7 @@ func lstat(t *testing.T, p string) *syscall.Stat_t {
 	return &st
 }
 
-func newLocal(t *testing.T, dir string) layer.FS {
+func localLower(t *testing.T, dir string) layer.FS {
 	t.Helper()
 	l, err := local.New(dir)
 	if err != nil {
@@ -75,7 +75,7 @@ func TestFileSystemInsideLower(t *testing.T) {
 		t.Fatalf("no file of the inner tmpfs got inode number %d", ino)
 	}
 
-	m := mounttest.Mount(t, null.New(newLocal(t, outer)))
+	m := mounttest.Mount(t, null.New(localLower(t, outer)))
 	// The inner file first: before the fix its node took the number, and
 	// a1 then read b's bytes.
 	checkSame(t, m.Path("sub", twin), filepath.Join(inner, twin))
@@ -128,7 +128,7 @@ func TestMuxOverTwoFileSystems(t *testing.T) {
 	if lstat(t, filepath.Join(d0, "f")).Ino != lstat(t, filepath.Join(d1, "f")).Ino {
 		t.Fatal("the two tmpfs gave their first files different inode numbers; the test needs equal ones")
 	}
-	mx, err := mux.New([]layer.FS{newLocal(t, d0), newLocal(t, d1)}, nil)
+	mx, err := mux.New([]layer.FS{localLower(t, d0), localLower(t, d1)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,11 +148,11 @@ func TestMuxOverTwoFileSystems(t *testing.T) {
 func TestMuxBranchesOfOneFileSystem(t *testing.T) {
 	mounttest.Need(t)
 	d := t.TempDir()
-	cp, err := codec.New(newLocal(t, d), "copy", codec.Options{})
+	cp, err := codec.New(localLower(t, d), "copy", codec.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mx, err := mux.New([]layer.FS{newLocal(t, d), cp}, []string{"raw", "plain"})
+	mx, err := mux.New([]layer.FS{localLower(t, d), cp}, []string{"raw", "plain"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestFileSystemInsideCodecLower(t *testing.T) {
 	mounttest.Need(t)
 	outer := mounttest.Tmpfs(t, "")
 	inner := mounttest.Tmpfs(t, filepath.Join(outer, "sub"))
-	zs, err := codec.New(newLocal(t, outer), "zstd", codec.Options{Level: 3})
+	zs, err := codec.New(localLower(t, outer), "zstd", codec.Options{Level: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestFileSystemInsideCodecLower(t *testing.T) {
 func TestMuxForwardsKeepCache(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(dir+"/f", make([]byte, 8192), 0o644)
-	d := &keepLayer{Base: layer.Base{Lower: newLocal(t, dir)}, keep: true}
+	d := &keepLayer{Base: layer.Base{Lower: localLower(t, dir)}, keep: true}
 	mx, err := mux.New([]layer.FS{d}, nil)
 	if err != nil {
 		t.Fatal(err)
