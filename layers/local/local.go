@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -74,10 +75,24 @@ const openFlags = unix.O_ACCMODE | unix.O_APPEND | unix.O_CREAT | unix.O_EXCL | 
 	unix.O_NONBLOCK | unix.O_DSYNC | unix.O_SYNC | unix.O_DIRECT | unix.O_NOATIME |
 	unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_PATH | unix.O_LARGEFILE
 
-// openBeneath opens path below the directory dirfd.
+// openBeneath opens path below the directory dirfd. A path longer than the
+// kernel takes (PATH_MAX, which layers that lengthen names reach before their
+// callers do) is opened a piece at a time, each piece beneath the last.
 func openBeneath(dirfd int, path string, flags int, mode uint32) (int, error) {
 	if path == "" {
 		path = "."
+	}
+	if len(path) >= unix.PathMax {
+		cut := strings.LastIndexByte(path[:unix.PathMax-1], '/')
+		if cut <= 0 {
+			return -1, unix.ENAMETOOLONG
+		}
+		dfd, err := openBeneath(dirfd, path[:cut], unix.O_PATH|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return -1, err
+		}
+		defer unix.Close(dfd)
+		return openBeneath(dfd, path[cut+1:], flags, mode)
 	}
 	flags &= openFlags
 	mode &= 0o7777
