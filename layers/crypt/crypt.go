@@ -39,8 +39,8 @@ type FS struct {
 	badNames map[string]bool // lower paths of names left out of listings, logged once
 
 	mu        sync.Mutex
-	files     map[uint64]*fileState // open files, by lower inode number
-	pending   map[uint64]bool       // journals left by a crash (journal.go), by inode
+	files     map[layer.ID]*fileState // open files, by lower identity (device, branch, inode)
+	pending   map[uint64]bool         // journals left by a crash (journal.go), by inode
 	noJournal bool
 
 	xmu    sync.Mutex
@@ -100,7 +100,7 @@ func New(lower layer.FS, cfg *Config, master []byte, o Options) (*FS, error) {
 		meta:  newAEADClear(cfg.Cipher, subkey(master, "meta", 32)),
 		ivKey: keep(subkey(master, "diriv", 32)),
 		cache: newNameCache(o.CacheDirs, o.CacheNames), rand: o.Rand, log: o.Logger, badNames: map[string]bool{},
-		files: map[uint64]*fileState{}, xnames: map[string]string{},
+		files: map[layer.ID]*fileState{}, xnames: map[string]string{},
 		noJournal: o.NoJournal,
 	}
 	fs.loadPending(context.Background())

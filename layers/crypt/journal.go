@@ -94,7 +94,7 @@ func (f *file) writeJournal(ctx context.Context, id []byte, lowerSize int64, rec
 	// may be any user who can write the file.
 	ctx = layer.WithCaller(ctx, layer.Self())
 	if st.jf == nil {
-		p := journalPath(st.ino)
+		p := journalPath(st.ino.Ino)
 		jf, _, err := f.fs.Lower.Create(ctx, p, syscall.O_RDWR|syscall.O_TRUNC, 0o600)
 		if errors.Is(err, syscall.ENOENT) {
 			if _, err = f.fs.Lower.Mkdir(ctx, journalDir, 0o700); err == nil || errors.Is(err, syscall.EEXIST) {
@@ -191,10 +191,10 @@ func (f *file) recoverJournal(ctx context.Context, lp string) error {
 	// The journal is the layer's own file, not the caller's.
 	ctx = layer.WithCaller(ctx, layer.Self())
 	fs, c, st := f.fs, f.fs.c, f.st
-	p := journalPath(st.ino)
+	p := journalPath(st.ino.Ino)
 	defer func() {
 		fs.mu.Lock()
-		delete(fs.pending, st.ino)
+		delete(fs.pending, st.ino.Ino)
 		fs.mu.Unlock()
 	}()
 	jf, err := fs.Lower.Open(ctx, p, syscall.O_RDONLY)
