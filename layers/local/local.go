@@ -319,7 +319,7 @@ func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, err
 func (fs *FS) Create(ctx context.Context, path string, flags int, mode uint32) (layer.File, layer.Attr, error) {
 	var fd int
 	err := fs.asCaller(ctx, func() (err error) {
-		fd, err = fs.openIn(path, flags|unix.O_CREAT|unix.O_NOFOLLOW, mode)
+		fd, err = fs.createOpen(path, flags, mode)
 		return err
 	})
 	if err != nil {
@@ -332,6 +332,43 @@ func (fs *FS) Create(ctx context.Context, path string, flags int, mode uint32) (
 		return nil, layer.Attr{}, err
 	}
 	return f, a, nil
+}
+
+// createOpen opens path with O_CREAT (on a creator thread). A name that
+// exists already is opened without blocking, and must be a regular file:
+// the kernel sends CREATE for a name it holds as negative, which may be a
+// FIFO made in the lower meanwhile, and a blocking open of it would hold
+// the creator thread, which every caller's creates share, until a peer
+// came; the kernel takes only a regular file as a CREATE's answer (EIO).
+func (fs *FS) createOpen(path string, flags int, mode uint32) (int, error) {
+	fd, err := fs.openIn(path, flags|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, mode)
+	if err != unix.EEXIST || flags&unix.O_EXCL != 0 {
+		return fd, err
+	}
+	fd, err = fs.openIn(path, flags&^unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err == unix.ENOENT {
+		// Gone again: create it after all.
+		return fs.openIn(path, flags|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, mode)
+	}
+	if err != nil {
+		return -1, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return -1, unix.EIO
+	}
+	if flags&unix.O_NONBLOCK == 0 {
+		fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+		if err == nil {
+			_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl&^unix.O_NONBLOCK)
+		}
+		if err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+	}
+	return fd, nil
 }
 
 // createAt runs a creating call in path's directory as the caller, and
