@@ -87,7 +87,7 @@ func (fs *FS) unref(ctx context.Context, s *fileState) {
 		if s.jf != nil {
 			s.jf.Release(ctx)
 			s.jf = nil
-			fs.Lower.Unlink(ctx, journalPath(s.ino))
+			fs.Lower.Unlink(ownContext(ctx), journalPath(s.ino))
 		}
 	}
 }

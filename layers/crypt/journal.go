@@ -91,11 +91,14 @@ func (f *file) writeJournal(ctx context.Context, id []byte, lowerSize int64, rec
 		return nil
 	}
 	if st.jf == nil {
+		// The journal is the layer's own: made as the daemon, not as
+		// the caller (who may not write at the root of the lower).
+		own := ownContext(ctx)
 		p := journalPath(st.ino)
-		jf, _, err := f.fs.Lower.Create(ctx, p, syscall.O_RDWR|syscall.O_TRUNC, 0o600)
+		jf, _, err := f.fs.Lower.Create(own, p, syscall.O_RDWR|syscall.O_TRUNC, 0o600)
 		if errors.Is(err, syscall.ENOENT) {
-			if _, err = f.fs.Lower.Mkdir(ctx, journalDir, 0o700); err == nil || errors.Is(err, syscall.EEXIST) {
-				jf, _, err = f.fs.Lower.Create(ctx, p, syscall.O_RDWR|syscall.O_TRUNC, 0o600)
+			if _, err = f.fs.Lower.Mkdir(own, journalDir, 0o700); err == nil || errors.Is(err, syscall.EEXIST) {
+				jf, _, err = f.fs.Lower.Create(own, p, syscall.O_RDWR|syscall.O_TRUNC, 0o600)
 			}
 		}
 		if err != nil {
@@ -114,6 +117,12 @@ func (f *file) writeJournal(ctx context.Context, id []byte, lowerSize int64, rec
 	_, err := writeFull(ctx, st.jf, b, st.jpos)
 	st.jpos = (st.jpos + int64(len(b)) + 4095) &^ 4095
 	return err
+}
+
+// ownContext is ctx without the caller: the layer's own files are made
+// and removed with the daemon's identity.
+func ownContext(ctx context.Context) context.Context {
+	return layer.WithCaller(ctx, layer.Self())
 }
 
 // journalBytes encodes a journal entry.
@@ -192,7 +201,8 @@ func (f *file) recoverJournal(ctx context.Context, lp string) error {
 		delete(fs.pending, st.ino)
 		fs.mu.Unlock()
 	}()
-	jf, err := fs.Lower.Open(ctx, p, syscall.O_RDONLY)
+	own := ownContext(ctx)
+	jf, err := fs.Lower.Open(own, p, syscall.O_RDONLY)
 	if errors.Is(err, syscall.ENOENT) {
 		return nil
 	}
@@ -216,7 +226,7 @@ func (f *file) recoverJournal(ctx context.Context, lp string) error {
 			st.jf.Release(ctx)
 			st.jf = nil
 		}
-		return fs.Lower.Unlink(ctx, p)
+		return fs.Lower.Unlink(own, p)
 	}
 	if !ok {
 		return done()
@@ -233,7 +243,7 @@ func (f *file) recoverJournal(ctx context.Context, lp string) error {
 		return done()
 	}
 	// This open may be read-only: the repair has a handle of its own.
-	w, err := fs.Lower.Open(ctx, lp, syscall.O_RDWR)
+	w, err := fs.Lower.Open(own, lp, syscall.O_RDWR)
 	if err != nil {
 		return fmt.Errorf("crypt: /%s: cannot open it to undo a write a crash interrupted: %w", f.path, err)
 	}
