@@ -90,15 +90,15 @@ func (f *file) writeJournal(ctx context.Context, id []byte, lowerSize int64, rec
 	if f.fs.noJournal {
 		return nil
 	}
+	// The journal is the layer's own file, made as the daemon: the caller
+	// may be any user who can write the file.
+	ctx = layer.WithCaller(ctx, layer.Self())
 	if st.jf == nil {
-		// The journal is the layer's own: made as the daemon, not as
-		// the caller (who may not write at the root of the lower).
-		own := ownContext(ctx)
-		p := journalPath(st.ino)
-		jf, _, err := f.fs.Lower.Create(own, p, syscall.O_RDWR|syscall.O_TRUNC, 0o600)
+		p := journalPath(st.ino.Ino)
+		jf, _, err := f.fs.Lower.Create(ctx, p, syscall.O_RDWR|syscall.O_TRUNC, 0o600)
 		if errors.Is(err, syscall.ENOENT) {
-			if _, err = f.fs.Lower.Mkdir(own, journalDir, 0o700); err == nil || errors.Is(err, syscall.EEXIST) {
-				jf, _, err = f.fs.Lower.Create(own, p, syscall.O_RDWR|syscall.O_TRUNC, 0o600)
+			if _, err = f.fs.Lower.Mkdir(ctx, journalDir, 0o700); err == nil || errors.Is(err, syscall.EEXIST) {
+				jf, _, err = f.fs.Lower.Create(ctx, p, syscall.O_RDWR|syscall.O_TRUNC, 0o600)
 			}
 		}
 		if err != nil {
@@ -117,12 +117,6 @@ func (f *file) writeJournal(ctx context.Context, id []byte, lowerSize int64, rec
 	_, err := writeFull(ctx, st.jf, b, st.jpos)
 	st.jpos = (st.jpos + int64(len(b)) + 4095) &^ 4095
 	return err
-}
-
-// ownContext is ctx without the caller: the layer's own files are made
-// and removed with the daemon's identity.
-func ownContext(ctx context.Context) context.Context {
-	return layer.WithCaller(ctx, layer.Self())
 }
 
 // journalBytes encodes a journal entry.
@@ -194,15 +188,16 @@ func parseJournal(b []byte) (seq uint64, id []byte, lowerSize int64, recs []jrec
 // recoverJournal replays the journal a crash left for this file, whose
 // lower path is lp (the caller holds st.mu), then removes it.
 func (f *file) recoverJournal(ctx context.Context, lp string) error {
+	// The journal is the layer's own file, not the caller's.
+	ctx = layer.WithCaller(ctx, layer.Self())
 	fs, c, st := f.fs, f.fs.c, f.st
-	p := journalPath(st.ino)
+	p := journalPath(st.ino.Ino)
 	defer func() {
 		fs.mu.Lock()
-		delete(fs.pending, st.ino)
+		delete(fs.pending, st.ino.Ino)
 		fs.mu.Unlock()
 	}()
-	own := ownContext(ctx)
-	jf, err := fs.Lower.Open(own, p, syscall.O_RDONLY)
+	jf, err := fs.Lower.Open(ctx, p, syscall.O_RDONLY)
 	if errors.Is(err, syscall.ENOENT) {
 		return nil
 	}
@@ -226,7 +221,7 @@ func (f *file) recoverJournal(ctx context.Context, lp string) error {
 			st.jf.Release(ctx)
 			st.jf = nil
 		}
-		return fs.Lower.Unlink(own, p)
+		return fs.Lower.Unlink(ctx, p)
 	}
 	if !ok {
 		return done()
@@ -243,7 +238,7 @@ func (f *file) recoverJournal(ctx context.Context, lp string) error {
 		return done()
 	}
 	// This open may be read-only: the repair has a handle of its own.
-	w, err := fs.Lower.Open(own, lp, syscall.O_RDWR)
+	w, err := fs.Lower.Open(ctx, lp, syscall.O_RDWR)
 	if err != nil {
 		return fmt.Errorf("crypt: /%s: cannot open it to undo a write a crash interrupted: %w", f.path, err)
 	}
