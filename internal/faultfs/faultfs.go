@@ -4,13 +4,14 @@
 //
 //   - short writes: a write stores only part of its bytes and reports that
 //     count with no error, as pwrite(2) may;
-//   - a full disk: after N more bytes, the write that crosses the limit is
-//     cut there (short, no error, as pwrite(2) does) and later writes fail
-//     with ENOSPC;
+//   - a full disk: after N more bytes, the write that crosses the limit
+//     stores what fits and returns that count with ENOSPC (what the local
+//     layer reports when pwrite(2) stops short and its retry gets ENOSPC),
+//     and later writes fail with ENOSPC;
 //   - EIO on the Nth read;
 //   - a slow fsync;
 //   - a crash point: after N more bytes (or at once with Crash), the write
-//     that crosses it is torn and every later change (writes, truncates,
+//     that crosses it is torn (its count and EIO) and every later change (writes, truncates,
 //     fsync, allocate and every namespace change) fails with EIO and changes
 //     nothing, as if the machine had stopped there. Reads still work, so the
 //     test can look at what a restart would find.
@@ -34,8 +35,8 @@ type Faults struct {
 	// half and returns that count, with no error.
 	ShortWrites bool
 	// NoSpace: writes may store SpaceLeft more bytes in all; the write that
-	// crosses the limit stores what fits and returns that count with no
-	// error, and later writes fail with ENOSPC.
+	// crosses the limit stores what fits and returns that count with
+	// ENOSPC, and later writes fail with ENOSPC.
 	NoSpace   bool
 	SpaceLeft int64
 	// FailRead: the FailRead-th read from now (1: the next one) fails with
@@ -44,7 +45,8 @@ type Faults struct {
 	// FsyncDelay is added to every fsync.
 	FsyncDelay time.Duration
 	// CrashAfter > 0: the crash happens after this many more bytes written;
-	// the write that crosses it stores only the bytes before it.
+	// the write that crosses it stores only the bytes before it and returns
+	// their count with EIO.
 	CrashAfter int64
 }
 
@@ -110,8 +112,8 @@ func (fs *FS) change(what string) error {
 	return nil
 }
 
-// allow says how many of n bytes a write may store, and the error to
-// return when it may store none.
+// allow says how many of n bytes a write may store, and the error that
+// goes with that count (a write cut by a full disk or the crash point).
 func (fs *FS) allow(n int) (int, error) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -120,31 +122,26 @@ func (fs *FS) allow(n int) (int, error) {
 		return 0, syscall.EIO
 	}
 	k := n
+	var err error
 	if fs.f.ShortWrites && k > 1 {
 		k /= 2
 		fs.logf("faultfs: short write: %d of %d bytes", k, n)
 	}
 	if fs.f.NoSpace {
-		left := fs.f.SpaceLeft - fs.written
-		if left <= 0 && n > 0 {
-			fs.logf("faultfs: write of %d bytes: ENOSPC", n)
-			return 0, syscall.ENOSPC
-		}
-		if int64(k) > left {
-			k = int(left)
-			fs.logf("faultfs: disk full: %d of %d bytes", k, n)
+		if left := fs.f.SpaceLeft - fs.written; int64(k) > left {
+			k, err = int(max(left, 0)), syscall.ENOSPC
+			fs.logf("faultfs: disk full: %d of %d bytes, ENOSPC", k, n)
 		}
 	}
 	if fs.f.CrashAfter > 0 {
-		left := fs.f.CrashAfter - fs.written
-		if int64(k) >= left {
-			k = int(max(left, 0))
+		if left := fs.f.CrashAfter - fs.written; int64(k) >= left {
+			k, err = int(max(left, 0)), syscall.EIO
 			fs.crashed = true
-			fs.logf("faultfs: crash point: %d of %d bytes written", k, n)
+			fs.logf("faultfs: crash point: %d of %d bytes written, EIO", k, n)
 		}
 	}
 	fs.written += int64(k)
-	return k, nil
+	return k, err
 }
 
 func (fs *FS) read() error {
@@ -277,19 +274,19 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 }
 
 func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
-	k, err := f.fs.allow(len(p))
-	if err != nil {
-		return 0, err
-	}
-	if k == 0 && len(p) > 0 {
-		return 0, nil
+	k, ferr := f.fs.allow(len(p))
+	if k == 0 {
+		return 0, ferr
 	}
 	n, err := f.Lower.WriteAt(ctx, p[:k], off)
-	if err == nil && n < k {
+	if n < k {
 		// The lower's own short write: keep the count honest.
 		f.fs.mu.Lock()
 		f.fs.written -= int64(k - n)
 		f.fs.mu.Unlock()
+	}
+	if err == nil {
+		err = ferr
 	}
 	return n, err
 }

@@ -60,8 +60,8 @@ func TestNoSpace(t *testing.T) {
 	if n, err := f.WriteAt(ctx, []byte("123456"), 0); n != 6 || err != nil {
 		t.Fatalf("first write: %d, %v", n, err)
 	}
-	if n, err := f.WriteAt(ctx, []byte("789abc"), 6); n != 4 || err != nil {
-		t.Fatalf("write across the limit: %d, %v; want 4, nil", n, err)
+	if n, err := f.WriteAt(ctx, []byte("789abc"), 6); n != 4 || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("write across the limit: %d, %v; want 4, ENOSPC", n, err)
 	}
 	if n, err := f.WriteAt(ctx, []byte("x"), 10); n != 0 || !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("write on a full disk: %d, %v; want ENOSPC", n, err)
@@ -108,8 +108,8 @@ func TestCrashPoint(t *testing.T) {
 	if n, err := f.WriteAt(ctx, []byte("abc"), 0); n != 3 || err != nil {
 		t.Fatalf("write before the crash: %d, %v", n, err)
 	}
-	if n, err := f.WriteAt(ctx, []byte("defg"), 3); n != 2 || err != nil {
-		t.Fatalf("torn write: %d, %v; want 2, nil", n, err)
+	if n, err := f.WriteAt(ctx, []byte("defg"), 3); n != 2 || !errors.Is(err, syscall.EIO) {
+		t.Fatalf("torn write: %d, %v; want 2, EIO", n, err)
 	}
 	if !fs.Crashed() {
 		t.Fatal("not crashed")

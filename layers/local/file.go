@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"io"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -32,17 +33,26 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	}
 }
 
+// WriteAt writes all of p or returns an error with the count written: a
+// short pwrite(2) (a full disk, a file size limit, a signal) is retried for
+// the rest, which either completes or gives the reason (ENOSPC, EFBIG, EIO).
+// A layer above never sees a short count without an error.
 func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
-	for {
-		n, err := unix.Pwrite(f.fd, p, off)
-		if err == unix.EINTR {
-			continue
+	done := 0
+	for done < len(p) {
+		n, err := unix.Pwrite(f.fd, p[done:], off+int64(done))
+		if n > 0 {
+			done += n
 		}
-		if n < 0 {
-			n = 0
+		switch {
+		case err == unix.EINTR:
+		case err != nil:
+			return done, err
+		case n <= 0:
+			return done, io.ErrShortWrite // no progress and no reason: not expected of pwrite
 		}
-		return n, err
 	}
+	return done, nil
 }
 
 func (f *File) Getattr(ctx context.Context) (layer.Attr, error) {
