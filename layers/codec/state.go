@@ -54,6 +54,7 @@ type state struct {
 	live     int64  // bytes of records in chunks
 	hdrStale bool   // the header does not describe the log
 	lost     string // records known to be lost (damage): the file is not served
+	broken   error  // a failed append could not be cut off: no more writes until reopened
 
 	problems []string // found while loading (for fsck)
 	scanned  int      // records replayed while loading
@@ -223,7 +224,10 @@ func (s *state) loadCheckpoint(ctx context.Context, off, fsize int64) (uint64, i
 	if off+recHdrSize > fsize {
 		return 0, 0, errors.New("beyond the end of the file")
 	}
-	if _, err := s.lower.ReadAt(ctx, hb, off); err != nil {
+	if n, err := s.lower.ReadAt(ctx, hb, off); n < len(hb) {
+		if err == nil || err == io.EOF {
+			err = errors.New("cut short")
+		}
 		return 0, 0, err
 	}
 	r, err := parseRec(hb, s.salt, s.shift)
@@ -238,7 +242,10 @@ func (s *state) loadCheckpoint(ctx context.Context, off, fsize int64) (uint64, i
 		return 0, 0, errors.New("truncated")
 	}
 	p := make([]byte, r.encLen)
-	if _, err := s.lower.ReadAt(ctx, p, off+recHdrSize); err != nil && err != io.EOF {
+	if n, err := s.lower.ReadAt(ctx, p, off+recHdrSize); n < len(p) {
+		if err == nil || err == io.EOF {
+			err = errors.New("payload cut short")
+		}
 		return 0, 0, err
 	}
 	if crc(p) != r.dataCRC {
@@ -824,7 +831,7 @@ func (s *state) persist(ctx context.Context, cs []int64) error {
 		r.encLen = uint32(s.logEnd + int64(len(out)) - off - recHdrSize)
 		done = append(done, placed{c, r, off})
 	}
-	if _, err := s.lower.WriteAt(ctx, out, s.logEnd); err != nil {
+	if err := s.appendLower(ctx, out); err != nil {
 		s.nextGen = gen0
 		return err
 	}
@@ -870,7 +877,7 @@ func (s *state) initLog(ctx context.Context) error {
 	// Both slots describe the empty log.
 	sl := slot{codec: s.fs.kind.ID, shift: s.shift, salt: s.salt, seq: 1, logEnd: headerSize, gen: s.nextGen - 1}
 	b := append(sl.marshal(), sl.marshal()...)
-	if _, err := s.lower.WriteAt(ctx, b, 0); err != nil {
+	if err := s.appendLower(ctx, b); err != nil {
 		return err
 	}
 	s.hdrSeq = 1
@@ -883,13 +890,48 @@ func (s *state) slot() slot {
 		logEnd: s.logEnd, ckptOff: s.ckptOff, gen: s.nextGen - 1}
 }
 
+// writeLower writes all of b at off in the lower file: a short count is an
+// error even when the lower gives no reason (the application gets EIO).
+func (s *state) writeLower(ctx context.Context, b []byte, off int64) error {
+	n, err := s.lower.WriteAt(ctx, b, off)
+	if err == nil && n < len(b) {
+		err = fmt.Errorf("codec: %s: short write to the lower file: %d of %d bytes at %d", s.path, n, len(b), off)
+	}
+	if err != nil {
+		s.fs.log().Error("codec: write to the lower file failed", "path", s.path, "offset", off, "bytes", len(b), "written", n, "err", err)
+	}
+	return err
+}
+
+// appendLower writes b at the log's end. When that fails (a full disk),
+// the file is cut back to the log's end: no part of records whose
+// generations are taken back may stay in the log, where a later scan would
+// take them for records. If even the cut fails, the file's tail is unknown
+// and it takes no more writes until it is opened again (opening cuts a torn
+// tail).
+func (s *state) appendLower(ctx context.Context, b []byte) error {
+	if s.broken != nil {
+		return s.broken
+	}
+	err := s.writeLower(ctx, b, s.logEnd)
+	if err == nil {
+		return nil
+	}
+	if _, terr := s.lower.Setattr(ctx, &layer.SetAttr{Valid: layer.SetSize, Size: uint64(s.logEnd)}); terr != nil {
+		s.broken = fmt.Errorf("codec: %s: an append failed (%v) and could not be cut off (%v): no more writes until the file is opened again", s.path, err, terr)
+		s.fs.log().Error("codec: cannot cut a failed append", "path", s.path, "err", s.broken)
+		return s.broken
+	}
+	return err
+}
+
 // appendRecords appends ready-made records.
 func (s *state) appendRaw(ctx context.Context, b []byte) (int64, error) {
 	if err := s.initLog(ctx); err != nil {
 		return 0, err
 	}
 	off := s.logEnd
-	if _, err := s.lower.WriteAt(ctx, b, off); err != nil {
+	if err := s.appendLower(ctx, b); err != nil {
 		return 0, err
 	}
 	s.logEnd += int64(len(b))
@@ -918,7 +960,7 @@ func (s *state) truncate(ctx context.Context, n int64) error {
 		s.dirty = map[int64]*dirty{}
 		s.cache = map[int64][]byte{}
 		s.size, s.psize, s.logEnd, s.live, s.ckptOff, s.ckptRecs, s.ckptLen, s.hdrSeq = 0, 0, 0, 0, 0, 0, 0, 0
-		s.hdrStale = false
+		s.hdrStale, s.broken = false, nil
 		return nil
 	}
 	if n < s.size {
@@ -1000,6 +1042,9 @@ func (s *state) sync(ctx context.Context, durable, mayCompact bool) error {
 	if s.ro {
 		return nil
 	}
+	if s.broken != nil {
+		return s.broken
+	}
 	if err := s.flushDirty(ctx); err != nil {
 		return err
 	}
@@ -1069,9 +1114,15 @@ func (s *state) checkpoint(ctx context.Context) error {
 
 // writeHeader writes the next header slot.
 func (s *state) writeHeader(ctx context.Context) error {
+	if s.broken != nil {
+		return s.broken
+	}
 	s.hdrSeq++
 	sl := s.slot()
-	if _, err := s.lower.WriteAt(ctx, sl.marshal(), int64(sl.seq%2)*slotSize); err != nil {
+	if err := s.writeLower(ctx, sl.marshal(), int64(sl.seq%2)*slotSize); err != nil {
+		// The slot may be torn: the next try writes the same slot again,
+		// not the other (sound) one.
+		s.hdrSeq--
 		return err
 	}
 	s.hdrStale = false
@@ -1112,8 +1163,11 @@ func (s *state) compact(ctx context.Context) error {
 		if len(ops) == 1 && ops[0].kind == opBase {
 			// Copy the record as it is, with its new generation.
 			b := make([]byte, ops[0].rlen)
-			if _, err := s.lower.ReadAt(ctx, b, ops[0].off); err != nil {
-				return err
+			if n, err := s.lower.ReadAt(ctx, b, ops[0].off); n < len(b) {
+				if err != nil && err != io.EOF {
+					return err
+				}
+				return s.errorf(c, "record at %d is cut short", ops[0].off)
 			}
 			r, err := parseRec(b, s.salt, s.shift)
 			if err != nil || r.typ != recChunk || int64(r.arg) != c || r.gen != ops[0].gen {
@@ -1145,7 +1199,7 @@ func (s *state) compact(ctx context.Context) error {
 	}
 	block = appendRecord(block, reset, nil)
 	// Phase one.
-	if _, err := s.lower.WriteAt(ctx, block, e); err != nil {
+	if err := s.appendLower(ctx, block); err != nil {
 		return err
 	}
 	written = true
@@ -1171,7 +1225,7 @@ func (s *state) compact(ctx context.Context) error {
 	if headerSize+int64(len(block))+recHdrSize+4+int64(nops)*indexEntrySize > e {
 		return nil
 	}
-	if _, err := s.lower.WriteAt(ctx, block, headerSize); err != nil {
+	if err := s.writeLower(ctx, block, headerSize); err != nil {
 		return err
 	}
 	for c, ops := range s.chunks {

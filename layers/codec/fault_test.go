@@ -1,0 +1,185 @@
+package codec
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"cairn/internal/faultfs"
+	"cairn/layer"
+	"cairn/layers/local"
+)
+
+// faultStack builds name over a fault layer over a local directory.
+func faultStack(t *testing.T, dir, name string, o Options) (*faultfs.FS, *FS) {
+	t.Helper()
+	l, err := local.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ff := faultfs.New(l)
+	if o.Level == 0 {
+		o.Level = levelOf(name)
+	}
+	fs, err := New(ff, name, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { layer.CloseStack(fs) })
+	return ff, fs
+}
+
+// writeSynced writes content to a new file name in a few pieces (a whole
+// write, a rewrite in the middle, small appends: chunk and delta records),
+// fsyncs it and closes it. It returns the first error.
+func writeSynced(ctx context.Context, fs *FS, name string, content []byte) error {
+	f, _, err := fs.Create(ctx, name, unix.O_RDWR, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Release(ctx)
+	body := len(content) * 3 / 4
+	steps := []func() error{
+		func() error { _, err := f.WriteAt(ctx, content[:body], 0); return err },
+		func() error { return f.Flush(ctx) },
+		func() error { _, err := f.WriteAt(ctx, content[body/3:body/2], int64(body/3)); return err },
+		func() error { return f.Flush(ctx) },
+	}
+	for off := body; off < len(content); off += 700 {
+		off := off
+		steps = append(steps,
+			func() error { _, err := f.WriteAt(ctx, content[off:min(off+700, len(content))], int64(off)); return err },
+			func() error { return f.Flush(ctx) })
+	}
+	steps = append(steps, func() error { return f.Fsync(ctx, false) })
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkAfterRestart opens the files of dir on a fresh stack: each synced
+// file reads as it was fsync'ed, every other file reads without error, and
+// fsck finds nothing wrong.
+func checkAfterRestart(t *testing.T, dir, name string, synced map[string][]byte, others []string) {
+	t.Helper()
+	ctx := context.Background()
+	fresh := newStackAt(t, dir, name, Options{})
+	for p, want := range synced {
+		got, err := layer.ReadFile(ctx, fresh, p)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s: fsync'ed file after the restart: %d bytes (%v), want %d; first diff %d", p, len(got), err, len(want), firstDiff(got, want))
+		}
+	}
+	for _, p := range others {
+		if _, err := layer.ReadFile(ctx, fresh, p); err != nil {
+			t.Fatalf("%s: a file whose write failed is unreadable after the restart: %v", p, err)
+		}
+	}
+	for p := range synced {
+		others = append(others, p)
+	}
+	for _, p := range others {
+		rep, err := fresh.Check(ctx, p, false)
+		if err != nil || !rep.OK() {
+			t.Fatalf("fsck after the restart: %s, %v", rep.String(), err)
+		}
+	}
+}
+
+// TestFullDisk writes files until the lower disk is full, fsyncing each:
+// every write, close or fsync that cannot store its records fails with
+// ENOSPC, what was fsync'ed before survives a restart byte for byte, an
+// in-place rewrite and a truncation of an fsync'ed file on the full disk
+// fail without harming it, every file stays readable, and fsck agrees.
+func TestFullDisk(t *testing.T) {
+	ctx := context.Background()
+	for _, name := range codecNames {
+		t.Run(name, func(t *testing.T) {
+			for _, space := range []int64{50, 130, 2000, 9000, 30000, 61000, 120000} {
+				dir := t.TempDir()
+				ff, fs := faultStack(t, dir, name, Options{ChunkSize: 4096, FastTails: true, CompactMin: 16 << 10})
+				r := rand.New(rand.NewPCG(uint64(space), 3))
+				ff.Set(faultfs.Faults{NoSpace: true, SpaceLeft: space})
+				synced := map[string][]byte{}
+				var others []string
+				var failed error
+				for i := 0; failed == nil; i++ {
+					p := fmt.Sprintf("f%d", i)
+					content := text(r, 3000+r.IntN(12000))
+					if failed = writeSynced(ctx, fs, p, content); failed == nil {
+						synced[p] = content
+					} else {
+						others = append(others, p)
+					}
+				}
+				if !errors.Is(failed, syscall.ENOSPC) {
+					t.Fatalf("space %d: the write that filled the disk failed with %v, want ENOSPC", space, failed)
+				}
+				// On the full disk: an in-place rewrite and a truncation of an
+				// fsync'ed file fail, and so does its fsync.
+				for p, want := range synced {
+					f, err := fs.Open(ctx, p, unix.O_RDWR)
+					if err != nil {
+						t.Fatalf("space %d: open %s on the full disk: %v", space, p, err)
+					}
+					f.WriteAt(ctx, bytes.Repeat([]byte("X"), 5000), 100)
+					if err := f.Fsync(ctx, false); !errors.Is(err, syscall.ENOSPC) {
+						t.Fatalf("space %d: fsync of a rewrite on the full disk: %v, want ENOSPC", space, err)
+					}
+					if _, err := f.Setattr(ctx, &layer.SetAttr{Valid: layer.SetSize, Size: 10}); !errors.Is(err, syscall.ENOSPC) {
+						t.Fatalf("space %d: truncate on the full disk: %v, want ENOSPC", space, err)
+					}
+					if err := f.Release(ctx); !errors.Is(err, syscall.ENOSPC) {
+						t.Fatalf("space %d: last close of a rewrite on the full disk: %v, want ENOSPC", space, err)
+					}
+					_ = want
+					break
+				}
+				fs.Close()
+				checkAfterRestart(t, dir, name, synced, others)
+			}
+		})
+	}
+}
+
+// TestShortWritesFail: a lower that stores only part of a write and says
+// nothing (as a raw pwrite may) makes every write of records fail with
+// EIO; what was fsync'ed before survives.
+func TestShortWritesFail(t *testing.T) {
+	ctx := context.Background()
+	for _, name := range codecNames {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			ff, fs := faultStack(t, dir, name, Options{ChunkSize: 4096, FastTails: true})
+			r := rand.New(rand.NewPCG(1, 4))
+			want := text(r, 20000)
+			if err := writeSynced(ctx, fs, "good", want); err != nil {
+				t.Fatal(err)
+			}
+			ff.Set(faultfs.Faults{ShortWrites: true})
+			if err := writeSynced(ctx, fs, "bad", text(r, 20000)); layer.Errno(err) != syscall.EIO {
+				t.Fatalf("writing over short writes: %v, want EIO", err)
+			}
+			f, err := fs.Open(ctx, "good", unix.O_RDWR)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.WriteAt(ctx, text(r, 9000), 3000)
+			if err := f.Fsync(ctx, false); layer.Errno(err) != syscall.EIO {
+				t.Fatalf("fsync of a rewrite over short writes: %v, want EIO", err)
+			}
+			f.Release(ctx)
+			fs.Close()
+			checkAfterRestart(t, dir, name, map[string][]byte{"good": want}, []string{"bad"})
+		})
+	}
+}
