@@ -54,7 +54,10 @@ func writeSynced(ctx context.Context, fs *FS, name string, content []byte) error
 	for off := body; off < len(content); off += 700 {
 		off := off
 		steps = append(steps,
-			func() error { _, err := f.WriteAt(ctx, content[off:min(off+700, len(content))], int64(off)); return err },
+			func() error {
+				_, err := f.WriteAt(ctx, content[off:min(off+700, len(content))], int64(off))
+				return err
+			},
 			func() error { return f.Flush(ctx) })
 	}
 	steps = append(steps, func() error { return f.Fsync(ctx, false) })
