@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
 	"cairn/internal/faultfs"
+	"cairn/internal/mounttest"
 	"cairn/layer"
 	"cairn/layers/local"
 )
@@ -183,6 +186,94 @@ func TestShortWritesFail(t *testing.T) {
 			f.Release(ctx)
 			fs.Close()
 			checkAfterRestart(t, dir, name, map[string][]byte{"good": want}, []string{"bad"})
+		})
+	}
+}
+
+// TestFullDiskMount is the reproduction of a full disk through the kernel:
+// a stack over a small tmpfs, files written (and closed) until the disk is
+// full, then each file whose close succeeded fsync'ed, an unmount and a
+// remount: every file whose fsync succeeded reads back as written, the
+// others read without error, and fsck agrees.
+func TestFullDiskMount(t *testing.T) {
+	mounttest.NeedRoot(t)
+	for _, name := range []string{"zstd", "gzip", "lz4"} {
+		t.Run(name, func(t *testing.T) {
+			lower := t.TempDir()
+			if err := unix.Mount("tmpfs", lower, "tmpfs", 0, "size=4m"); err != nil {
+				t.Fatalf("mounting a small tmpfs: %v", err)
+			}
+			t.Cleanup(func() { unix.Unmount(lower, unix.MNT_DETACH) })
+			p := mounttest.MountSpec(t, fmt.Sprintf("mount = \"top\"\n[layer.base]\ntype = \"local\"\npath = %q\n[layer.top]\ntype = %q\nover = \"base\"\nchunk_size = \"64KiB\"\n", lower, name))
+			r := rand.New(rand.NewPCG(7, 7))
+			written := map[string][]byte{}
+			var others []string
+			var failed error
+			for i := 0; failed == nil && i < 1000; i++ {
+				fn := fmt.Sprintf("f%d", i)
+				content := make([]byte, 50000+r.IntN(300000))
+				for j := range content { // incompressible: the disk fills
+					content[j] = byte(r.Uint32())
+				}
+				failed = func() error {
+					fd, err := os.OpenFile(p.Path(fn), os.O_RDWR|os.O_CREATE, 0o644)
+					if err != nil {
+						return err
+					}
+					defer fd.Close()
+					for off := 0; off < len(content); off += 100000 {
+						if _, err := fd.WriteAt(content[off:min(off+100000, len(content))], int64(off)); err != nil {
+							return err
+						}
+					}
+					return fd.Close()
+				}()
+				if failed == nil {
+					written[fn] = content
+				} else {
+					others = append(others, fn)
+				}
+			}
+			if !errors.Is(failed, syscall.ENOSPC) {
+				t.Fatalf("the write that filled the disk: %v, want ENOSPC", failed)
+			}
+			synced := map[string][]byte{}
+			for fn, content := range written {
+				fd, err := os.OpenFile(p.Path(fn), os.O_RDWR, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := fd.Sync(); err == nil {
+					synced[fn] = content
+				} else if !errors.Is(err, syscall.ENOSPC) {
+					t.Fatalf("fsync of %s on the full disk: %v, want success or ENOSPC", fn, err)
+				} else {
+					others = append(others, fn)
+				}
+				fd.Close()
+			}
+			if len(synced) < 5 {
+				t.Fatalf("only %d files fsync'ed before the disk was full", len(synced))
+			}
+			p.Unmount()
+			p.Restart()
+			for fn, want := range synced {
+				got, err := os.ReadFile(p.Path(fn))
+				if err != nil || !bytes.Equal(got, want) {
+					t.Fatalf("%s: fsync'ed: %d bytes (%v) after the remount, want %d", fn, len(got), err, len(want))
+				}
+			}
+			for _, fn := range others {
+				if _, err := os.ReadFile(p.Path(fn)); err != nil {
+					t.Fatalf("%s: the file whose write failed is unreadable: %v", fn, err)
+				}
+			}
+			p.Unmount()
+			out, code := mounttest.Run(t, "fsck", filepath.Join(filepath.Dir(p.Dir), "spec.toml"))
+			if code != 0 {
+				t.Fatalf("fsck: exit %d\n%s", code, out)
+			}
+			t.Logf("%d files written, %d fsync'ed before the disk was full (then %v); fsck:\n%s", len(written), len(synced), failed, out)
 		})
 	}
 }
