@@ -195,21 +195,32 @@ func TestKnownAnswer(t *testing.T) {
 	if got != want {
 		t.Fatalf("the on-disk bytes changed:\n got %s\nwant %s", got, want)
 	}
-	b, err := layer.ReadFile(ctx, newStackAt(t, lower, "gzip", Options{Level: 6}), "f")
-	if err != nil || string(b) != "hello, world" {
-		t.Fatalf("known file reads %q, %v", b, err)
+	for _, known := range []string{knownAnswer, knownAnswerNoFlag} {
+		raw, _ := hex.DecodeString(known)
+		os.WriteFile(filepath.Join(lower, "f"), raw, 0o644)
+		b, err := layer.ReadFile(ctx, newStackAt(t, lower, "gzip", Options{Level: 6}), "f")
+		if err != nil || string(b) != "hello, world" {
+			t.Fatalf("known file reads %q, %v", b, err)
+		}
 	}
 }
 
 // The file TestKnownAnswer writes: header slot 0 (seq 2: size 12, log end
-// 284), slot 1 (seq 1, from creation: the empty log), a delta record "hello, " (gen 1), a
-// size record 12 (gen 2: the truncation), a delta record "world" at 7 (gen
-// 3), no checkpoint (too few records).
-const knownAnswer = "435a46010100010c040302010000000002000000000000000c000000000000001c010000000000000000000000000000030000000000000000000000681f2053" +
-	"435a46010100010c04030201000000000100000000000000000000000000000080000000000000000000000000000000000000000000000000000000e54d4701" +
+// 284, flag slotWhole), slot 1 (seq 1, from creation: the empty log), a
+// delta record "hello, " (gen 1), a size record 12 (gen 2: the
+// truncation), a delta record "world" at 7 (gen 3), no checkpoint (too few
+// records).
+const knownAnswer = "435a46010100010c040302010100000002000000000000000c000000000000001c0100000000000000000000000000000300000000000000000000006c02094f" +
+	"435a46010100010c04030201010000000100000000000000000000000000000080000000000000000000000000000000000000000000000000000000e1506e1d" +
 	"435a52010200000c0403020107000000010000000000000000000000000000000700000000000000899fdc7a0ab20b59" + "68656c6c6f2c20" +
 	"435a52010300000c040302010000000002000000000000000c00000000000000000000000000000000000000a904b01f" +
 	"435a52010200000c04030201050000000300000000000000000000000000000005000000070000004e81aa3119761b8c" + "776f726c64"
+
+// knownAnswerNoFlag is the same file as written before the header had flags
+// (slotWhole): it must read the same.
+var knownAnswerNoFlag = "435a46010100010c040302010000000002000000000000000c000000000000001c010000000000000000000000000000030000000000000000000000681f2053" +
+	"435a46010100010c04030201000000000100000000000000000000000000000080000000000000000000000000000000000000000000000000000000e54d4701" +
+	knownAnswer[256:]
 
 // lastRecord returns the offset of the last record of a file's log.
 func lastRecord(t *testing.T, raw []byte) int64 {

@@ -53,6 +53,7 @@ type state struct {
 	ckptLen  int64  // their bytes: what opening replays after the checkpoint
 	live     int64  // bytes of records in chunks
 	hdrStale bool   // the header does not describe the log
+	whole    bool   // every generation from 1 or the newest reset is in the log (slotWhole)
 	lost     string // records known to be lost (damage): the file is not served
 	broken   error  // a failed append could not be cut off: no more writes until reopened
 
@@ -117,6 +118,7 @@ func (s *state) load(ctx context.Context) error {
 		s.shift = s.fs.shift
 		s.cs = 1 << s.shift
 		s.salt = s.fs.newSalt()
+		s.whole = true
 		return nil
 	}
 	area := make([]byte, headerSize)
@@ -142,6 +144,7 @@ func (s *state) load(ctx context.Context) error {
 	s.shift, s.salt = sl.shift, sl.salt
 	s.cs = 1 << s.shift
 	s.hdrSeq = sl.seq
+	s.whole = sl.flags&slotWhole != 0
 	var ckptGen uint64
 	if sl.ckptOff != 0 {
 		if g, end, err := s.loadCheckpoint(ctx, sl.ckptOff, fsize); err != nil {
@@ -167,6 +170,7 @@ func (s *state) load(ctx context.Context) error {
 	maxGen := max(sl.gen, ckptGen)
 	validEnd := base
 	found := map[uint64]bool{}
+	var floor uint64 = 1 // generations below the newest reset record are dead
 	var tail []srec
 	for _, r := range recs {
 		maxGen = max(maxGen, r.r.gen)
@@ -177,25 +181,49 @@ func (s *state) load(ctx context.Context) error {
 				tail = append(tail, r)
 			}
 		}
-	}
-	if trusted && sl.logEnd > base {
-		// Generations are given out one by one as records are written,
-		// so every one after the checkpoint (without one: the newest)
-		// must be in the log. One that is not is a record whose header
-		// was destroyed: which chunk it changed is unknown, and serving
-		// the chunks as they were before it could give stale bytes.
-		lo := sl.gen
-		if s.ckptOff != 0 {
-			lo = ckptGen + 1
+		if r.r.typ == recSize && r.r.flags&flagReset != 0 {
+			floor = max(floor, r.r.gen)
 		}
+	}
+	// Generations are given out one by one as records are written, so the
+	// log holds every one after the checkpoint, and, in a file whose header
+	// says so (slotWhole), every one from 1 or the newest reset record. One
+	// that is not there is a record whose header was destroyed: which chunk
+	// it changed is unknown, and serving the chunks as they were before it
+	// could give stale bytes (or zeros).
+	//
+	// The newest generation is known when the header is sound and the file
+	// ends at its log end (the header was written after every record up to
+	// its generation). Otherwise (a crash, a damaged newest slot) records
+	// after the newest one found may be torn or lost, which is what a
+	// crash may do to records that no fsync acknowledged; gaps below it
+	// are still damage.
+	lo, hi := uint64(0), uint64(0)
+	switch {
+	case s.ckptOff != 0:
+		lo = ckptGen + 1
+	case s.whole:
+		lo = floor
+	case trusted:
+		lo = sl.gen // files without slotWhole: only the newest is known
+	}
+	if lo != 0 {
+		for g := range found {
+			hi = max(hi, g)
+		}
+		if trusted {
+			hi = max(hi, sl.gen)
+		}
+	}
+	if lo != 0 && hi >= lo && (trusted || s.whole) {
 		var missing []uint64
-		for g := lo; g <= sl.gen; g++ {
+		for g := lo; g <= hi; g++ {
 			if !found[g] {
 				missing = append(missing, g)
 			}
 		}
 		if len(missing) > 0 {
-			s.lost = fmt.Sprintf("%d record(s) after the checkpoint are missing (generations %d to %d): their headers are damaged, and the chunks they changed are unknown", len(missing), missing[0], missing[len(missing)-1])
+			s.lost = fmt.Sprintf("%d record(s) are missing (generations %d to %d): their headers are damaged, and the chunks they changed are unknown", len(missing), missing[0], missing[len(missing)-1])
 			s.problems = append(s.problems, s.lost+"; --repair keeps what the other records give")
 		}
 	}
@@ -875,7 +903,9 @@ func (s *state) initLog(ctx context.Context) error {
 		return nil
 	}
 	// Both slots describe the empty log.
-	sl := slot{codec: s.fs.kind.ID, shift: s.shift, salt: s.salt, seq: 1, logEnd: headerSize, gen: s.nextGen - 1}
+	s.hdrSeq = 1
+	sl := s.slot()
+	sl.size, sl.logEnd, sl.ckptOff = 0, headerSize, 0
 	b := append(sl.marshal(), sl.marshal()...)
 	if err := s.appendLower(ctx, b); err != nil {
 		return err
@@ -886,8 +916,12 @@ func (s *state) initLog(ctx context.Context) error {
 }
 
 func (s *state) slot() slot {
-	return slot{codec: s.fs.kind.ID, shift: s.shift, salt: s.salt, seq: s.hdrSeq, size: s.size,
+	sl := slot{codec: s.fs.kind.ID, shift: s.shift, salt: s.salt, seq: s.hdrSeq, size: s.size,
 		logEnd: s.logEnd, ckptOff: s.ckptOff, gen: s.nextGen - 1}
+	if s.whole {
+		sl.flags = slotWhole
+	}
+	return sl
 }
 
 // writeLower writes all of b at off in the lower file: a short count is an
@@ -961,6 +995,8 @@ func (s *state) truncate(ctx context.Context, n int64) error {
 		s.cache = map[int64][]byte{}
 		s.size, s.psize, s.logEnd, s.live, s.ckptOff, s.ckptRecs, s.ckptLen, s.hdrSeq = 0, 0, 0, 0, 0, 0, 0, 0
 		s.hdrStale, s.broken = false, nil
+		// The log starts again at generation 1: nothing of the old one is left.
+		s.nextGen, s.whole = 1, true
 		return nil
 	}
 	if n < s.size {
