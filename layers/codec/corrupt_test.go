@@ -122,7 +122,7 @@ func TestEveryByteDamaged(t *testing.T) {
 							t.Fatalf("%s: read failed with %v, want EIO", where, err)
 						}
 						eio++
-						rep, cerr := fresh.Check(ctx, "f", false)
+						rep, cerr := fresh.Check(ctx, "f", CheckOnly)
 						if cerr == nil && rep.OK() {
 							t.Fatalf("%s: reads give EIO, fsck finds nothing: %s", where, rep.String())
 						}

@@ -175,7 +175,10 @@ func TestCrash(t *testing.T) {
 }
 
 // TestFsckCommand: `cairn fsck` reports a lost index (exit 1), --repair
-// rebuilds it (exit 0), and a flipped bit stays reported as damage.
+// rebuilds it (exit 0); a flipped bit stays reported as damage, --repair
+// refuses to drop it (exit 1, nothing changed), --repair --force keeps a
+// copy in lost+found, drops the chunk and says so (exit 6), and fsck is
+// clean afterwards.
 func TestFsckCommand(t *testing.T) {
 	lower := t.TempDir()
 	fs := newStackAt(t, lower, "gzip", Options{ChunkSize: 4096, FastTails: true})
@@ -208,8 +211,28 @@ func TestFsckCommand(t *testing.T) {
 	raw, _ = os.ReadFile(p)
 	raw[headerSize+recHdrSize+5] ^= 4 // the first record's payload
 	os.WriteFile(p, raw, 0o644)
-	if out, code := fsck("--repair"); code != 1 || !bytes.Contains([]byte(out), []byte("damaged chunks")) {
-		t.Fatalf("fsck of a flipped bit: exit %d\n%s", code, out)
+	if out, code := fsck("--repair"); code != 1 || !strings.Contains(out, "damaged chunks") || !strings.Contains(out, "not repaired") {
+		t.Fatalf("fsck --repair of a flipped bit: exit %d, want 1 and a refusal\n%s", code, out)
+	}
+	if now, _ := os.ReadFile(p); !bytes.Equal(now, raw) {
+		t.Fatal("fsck --repair changed a file it refused to repair")
+	}
+	if out, code := mounttest.Run(t, "fsck", "--force", spec); code != 2 {
+		t.Fatalf("fsck --force without --repair: exit %d, want 2\n%s", code, out)
+	}
+	out, code := fsck("--repair", "--force")
+	if code != 6 || !strings.Contains(out, "chunk 0 (bytes 0 to 4096, damaged): 4096 bytes dropped") || !strings.Contains(out, "lost+found/d_f.") {
+		t.Fatalf("fsck --repair --force of a flipped bit: exit %d, want 6, the chunk dropped and the copy\n%s", code, out)
+	}
+	kept, _ := filepath.Glob(filepath.Join(lower, "lost+found", "d_f.*"))
+	if len(kept) != 1 {
+		t.Fatalf("lost+found holds %v", kept)
+	}
+	if b, _ := os.ReadFile(kept[0]); !bytes.Equal(b, raw) {
+		t.Fatal("the copy in lost+found is not the file as it was")
+	}
+	if out, code := fsck(); code != 0 || strings.Contains(out, "lost+found") {
+		t.Fatalf("fsck after the forced repair: exit %d, want 0 and lost+found not checked\n%s", code, out)
 	}
 }
 

@@ -94,7 +94,7 @@ func checkAfterRestart(t *testing.T, dir, name string, synced map[string][]byte,
 		others = append(others, p)
 	}
 	for _, p := range others {
-		rep, err := fresh.Check(ctx, p, false)
+		rep, err := fresh.Check(ctx, p, CheckOnly)
 		if err != nil || !rep.OK() {
 			t.Fatalf("fsck after the restart: %s, %v", rep.String(), err)
 		}

@@ -87,7 +87,7 @@ func FuzzOpen(f *testing.F) {
 			}
 		}
 		fl.Release(ctx)
-		fs.Check(ctx, "f", false)
+		fs.Check(ctx, "f", CheckOnly)
 	})
 }
 

@@ -49,13 +49,14 @@ type state struct {
 	nextGen  uint64
 	hdrSeq   uint64
 	ckptOff  int64
-	ckptRecs int    // records since the checkpoint
-	ckptLen  int64  // their bytes: what opening replays after the checkpoint
-	live     int64  // bytes of records in chunks
-	hdrStale bool   // the header does not describe the log
-	whole    bool   // every generation from 1 or the newest reset is in the log (slotWhole)
-	lost     string // records known to be lost (damage): the file is not served
-	broken   error  // a failed append could not be cut off: no more writes until reopened
+	ckptRecs int      // records since the checkpoint
+	ckptLen  int64    // their bytes: what opening replays after the checkpoint
+	live     int64    // bytes of records in chunks
+	hdrStale bool     // the header does not describe the log
+	whole    bool     // every generation from 1 or the newest reset is in the log (slotWhole)
+	lost     string   // records known to be lost (damage): the file is not served
+	missing  []uint64 // their generations
+	broken   error    // a failed append could not be cut off: no more writes until reopened
 
 	problems []string // found while loading (for fsck)
 	scanned  int      // records replayed while loading
@@ -224,7 +225,8 @@ func (s *state) load(ctx context.Context) error {
 		}
 		if len(missing) > 0 {
 			s.lost = fmt.Sprintf("%d record(s) are missing (generations %d to %d): their headers are damaged, and the chunks they changed are unknown", len(missing), missing[0], missing[len(missing)-1])
-			s.problems = append(s.problems, s.lost+"; --repair keeps what the other records give")
+			s.missing = missing
+			s.problems = append(s.problems, s.lost)
 		}
 	}
 	if validEnd < fsize && !trusted && !s.ro {
