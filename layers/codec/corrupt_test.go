@@ -21,7 +21,7 @@ import (
 // (one of them dead after a rewrite), fast-tail deltas, a size record that
 // cuts, a hole, and, at the last fsync, a checkpoint. It returns the
 // file's content.
-func smallSample(t *testing.T, fs *FS, name string) []byte {
+func smallSample(t testing.TB, fs *FS, name string) []byte {
 	t.Helper()
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(11, 12))

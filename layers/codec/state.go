@@ -168,7 +168,14 @@ func (s *state) load(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	maxGen := max(sl.gen, ckptGen)
+	// The next generation follows the newest record found, and the header's
+	// only when it is trusted: a stale header (after a crash that lost
+	// records it had counted, or a cut file) may name generations whose
+	// records are gone, and a header written now must not claim them.
+	maxGen := ckptGen
+	if trusted {
+		maxGen = max(maxGen, sl.gen)
+	}
 	validEnd := base
 	found := map[uint64]bool{}
 	var floor uint64 = 1 // generations below the newest reset record are dead
