@@ -277,3 +277,44 @@ func TestFullDiskMount(t *testing.T) {
 		})
 	}
 }
+
+// TestReadErrors: a read error of the lower at any point of opening or
+// reading gives EIO (or the right bytes, when the failed read was not
+// needed), never other bytes.
+func TestReadErrors(t *testing.T) {
+	ctx := context.Background()
+	for _, name := range codecNames {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			_, fs := faultStack(t, dir, name, Options{ChunkSize: 4096, FastTails: true})
+			want := smallSample(t, fs, "f")
+			fs.Close()
+			failed := 0
+			for n := 1; n < 40; n++ {
+				l, err := local.New(dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ff := faultfs.New(l)
+				fresh, err := New(ff, name, Options{Level: levelOf(name), Logger: quiet})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ff.Set(faultfs.Faults{FailRead: n})
+				got, err := layer.ReadFile(ctx, fresh, "f")
+				switch {
+				case err != nil && layer.Errno(err) != syscall.EIO:
+					t.Fatalf("read %d failing: %v, want EIO", n, err)
+				case err != nil:
+					failed++
+				case !bytes.Equal(got, want):
+					t.Fatalf("read %d failing: %d bytes and no error, want %d (first difference %d)", n, len(got), len(want), firstDiff(got, want))
+				}
+				layer.CloseStack(fresh)
+			}
+			if failed == 0 {
+				t.Fatal("no failed read reached the application")
+			}
+		})
+	}
+}
