@@ -54,6 +54,7 @@ type state struct {
 	live     int64    // bytes of records in chunks
 	hdrStale bool     // the header does not describe the log
 	whole    bool     // every generation from 1 or the newest reset is in the log (slotWhole)
+	needCkpt bool     // gaps a crash left were accepted: the next sync writes a checkpoint
 	lost     string   // records known to be lost (damage): the file is not served
 	missing  []uint64 // their generations
 	broken   error    // a failed append could not be cut off: no more writes until reopened
@@ -158,12 +159,13 @@ func (s *state) load(ctx context.Context) error {
 			s.ckptOff = sl.ckptOff
 		}
 	}
-	if !s.hdrStale && (sl.logEnd != fsize) {
+	// A sound header whose log end is the file's end was written after
+	// every record up to its generation had been written whole (a damaged
+	// checkpoint does not change that).
+	trusted := ok && sl.logEnd == fsize
+	if sl.logEnd != fsize {
 		s.hdrStale = true
 	}
-	// A sound header whose log end is the file's end was written after
-	// every record up to its generation had been written whole.
-	trusted := !s.hdrStale
 	recs, err := s.scan(ctx, base, fsize, nil)
 	if err != nil {
 		return err
@@ -202,11 +204,16 @@ func (s *state) load(ctx context.Context) error {
 	//
 	// The newest generation is known when the header is sound and the file
 	// ends at its log end (the header was written after every record up to
-	// its generation). Otherwise (a crash, a damaged newest slot) records
-	// after the newest one found may be torn or lost, which is what a
-	// crash may do to records that no fsync acknowledged; gaps below it
-	// are still damage.
-	lo, hi := uint64(0), uint64(0)
+	// its generation). Otherwise (after a crash, or with the newest slot
+	// damaged) the header is older than the log: every generation up to
+	// its own must still be there, but later ones may be missing because a
+	// crash tore or lost them (compaction writes its reset record after
+	// copies of higher generations; without an fsync the disk may keep
+	// later pages and lose earlier ones), which is what a crash may do to
+	// records that no fsync acknowledged. Those gaps are accepted, and the
+	// next sync writes a checkpoint so that they are not taken for damage
+	// later.
+	lo, hi := uint64(0), sl.gen
 	switch {
 	case s.ckptOff != 0:
 		lo = ckptGen + 1
@@ -215,19 +222,19 @@ func (s *state) load(ctx context.Context) error {
 	case trusted:
 		lo = sl.gen // files without slotWhole: only the newest is known
 	}
-	if lo != 0 {
-		for g := range found {
-			hi = max(hi, g)
-		}
-		if trusted {
-			hi = max(hi, sl.gen)
-		}
+	for g := range found {
+		hi = max(hi, g)
 	}
-	if lo != 0 && hi >= lo && (trusted || s.whole) {
+	if lo != 0 && hi >= lo && ok {
 		var missing []uint64
 		for g := lo; g <= hi; g++ {
-			if !found[g] {
+			if found[g] {
+				continue
+			}
+			if trusted || g <= sl.gen {
 				missing = append(missing, g)
+			} else {
+				s.needCkpt, s.whole = true, false
 			}
 		}
 		if len(missing) > 0 {
@@ -1102,7 +1109,7 @@ func (s *state) sync(ctx context.Context, durable, mayCompact bool) error {
 			return err
 		}
 	}
-	if s.checkpointDue() {
+	if s.checkpointDue() || s.needCkpt {
 		if err := s.checkpoint(ctx); err != nil {
 			return err
 		}
@@ -1153,7 +1160,7 @@ func (s *state) checkpoint(ctx context.Context) error {
 		s.nextGen--
 		return err
 	}
-	s.ckptOff, s.ckptRecs, s.ckptLen = off, 0, 0
+	s.ckptOff, s.ckptRecs, s.ckptLen, s.needCkpt = off, 0, 0, false
 	return nil
 }
 
