@@ -49,6 +49,10 @@ type Report struct {
 	// DeadDamaged are records no longer in use whose payload checksum
 	// fails: harmless for reads (compaction drops them), reported.
 	DeadDamaged int
+	// SlotsDamaged are header slots that fail their checksum while the
+	// other one serves (a crash while it was written, or damage):
+	// harmless, reported, rewritten by Repair.
+	SlotsDamaged int
 	// Problems are inconsistencies of the index or the header: Repair
 	// rebuilds them.
 	Problems []string
@@ -84,6 +88,9 @@ func (r *Report) String() string {
 	}
 	if r.DeadDamaged > 0 {
 		s += fmt.Sprintf(", %d damaged records no longer in use", r.DeadDamaged)
+	}
+	if r.SlotsDamaged > 0 {
+		s += fmt.Sprintf(", %d header slot damaged or torn (the other one serves)", r.SlotsDamaged)
 	}
 	for _, p := range r.Problems {
 		s += "\n  problem: " + p
@@ -132,6 +139,19 @@ func (fs *FS) Check(ctx context.Context, path string, mode Mode) (Report, error)
 	rep.Lost = a.lost
 	rep.Replayed = a.scanned
 	if a.logEnd == 0 {
+		// An empty file, maybe with the torn header of its creation.
+		la, err := lf.Getattr(ctx)
+		if err != nil {
+			return rep, err
+		}
+		rep.Garbage = int64(la.Size)
+		if repair && la.Size > 0 {
+			if _, err := lf.Setattr(ctx, &layer.SetAttr{Valid: layer.SetSize, Size: 0}); err != nil {
+				return rep, err
+			}
+			rep.Changes = append(rep.Changes, fmt.Sprintf("the torn header of an empty file (%d bytes) cut", la.Size))
+			rep.Repaired = true
+		}
 		return rep, nil
 	}
 	// Both header slots: a damaged one is reported (the other one serves).
@@ -140,18 +160,16 @@ func (fs *FS) Check(ctx context.Context, path string, mode Mode) (Report, error)
 	if err != nil && err != io.EOF {
 		return rep, err
 	}
-	slotsBad := false
+	good := 0
 	for i := 0; i < 2; i++ {
-		if i*slotSize+slotSize > n {
-			break
-		}
-		if _, err := parseSlot(area[i*slotSize:]); err != nil {
-			slotsBad = true
-			if len(a.problems) == 0 || !strings.HasPrefix(a.problems[0], "header unreadable") {
-				rep.Problems = append(rep.Problems, fmt.Sprintf("header slot %d: %v", i, err))
-			}
+		if _, err := parseSlot(area[min(i*slotSize, n):n]); err == nil {
+			good++
 		}
 	}
+	if good == 1 {
+		rep.SlotsDamaged = 1
+	}
+	slotsBad := good < 2
 	// The whole log, scanned.
 	b := &state{fs: fs, path: path, lower: lf, shift: a.shift, cs: a.cs, salt: a.salt,
 		chunks: map[int64][]op{}, dirty: map[int64]*dirty{}, cache: map[int64][]byte{}}
@@ -262,7 +280,7 @@ func (fs *FS) Check(ctx context.Context, path string, mode Mode) (Report, error)
 		}
 		drop = nil // the index can still be rebuilt; damaged chunks stay EIO
 	}
-	if len(drop) == 0 && len(rep.Problems) == 0 && !a.hdrStale && a.scanned == 0 {
+	if len(drop) == 0 && len(rep.Problems) == 0 && !a.hdrStale && a.scanned == 0 && !slotsBad {
 		return rep, nil
 	}
 	use.ro = false

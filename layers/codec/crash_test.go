@@ -24,6 +24,7 @@ type crashFile struct {
 	synced  []byte
 	current []byte
 	touched []bool
+	minLen  int // the shortest a truncation since the fsync made it
 }
 
 func (c *crashFile) write(off int, p []byte) {
@@ -41,6 +42,7 @@ func (c *crashFile) write(off int, p []byte) {
 func (c *crashFile) sync() {
 	c.synced = bytes.Clone(c.current)
 	c.touched = make([]bool, len(c.synced))
+	c.minLen = len(c.synced)
 }
 
 // TestCrash kills the daemon (SIGKILL) while it serves random writes (new

@@ -130,6 +130,16 @@ func (s *state) load(ctx context.Context) error {
 	}
 	sl, ok := bestSlot(area[:n])
 	base := int64(headerSize)
+	if !ok && fsize < headerSize && bytes.HasPrefix(area[:n], slotMagic[:min(n, len(slotMagic))]) {
+		// The header of a new file, torn by a crash before any record was
+		// written: the file is empty (and the header is written again
+		// before the first record).
+		s.shift = s.fs.shift
+		s.cs = 1 << s.shift
+		s.salt = s.fs.newSalt()
+		s.whole = true
+		return nil
+	}
 	if !ok {
 		s.problems = append(s.problems, "header unreadable: the index is rebuilt from the records")
 		// Learn the salt and chunk size from the first record.
@@ -918,10 +928,11 @@ func (s *state) initLog(ctx context.Context) error {
 	if s.logEnd != 0 {
 		return nil
 	}
-	// Both slots describe the empty log.
+	// Both slots describe the empty log (no generation yet: the record
+	// being appended, which may have taken one, is not there).
 	s.hdrSeq = 1
 	sl := s.slot()
-	sl.size, sl.logEnd, sl.ckptOff = 0, headerSize, 0
+	sl.size, sl.logEnd, sl.ckptOff, sl.gen = 0, headerSize, 0, 0
 	b := append(sl.marshal(), sl.marshal()...)
 	if err := s.appendLower(ctx, b); err != nil {
 		return err
