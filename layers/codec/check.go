@@ -194,10 +194,7 @@ func (fs *FS) Check(ctx context.Context, path string, mode Mode) (Report, error)
 	rep.Garbage = garbage
 	b.replay(recs)
 	// Does the log hold every generation from 1 (or the newest reset)?
-	whole := true
-	for g := floor; g <= maxGen; g++ {
-		whole = whole && gens[g]
-	}
+	whole := findGaps(gens, floor, maxGen).n == 0
 	disagree := false
 	if a.lost == "" && len(a.problems) == 0 {
 		n := len(rep.Problems)
@@ -246,14 +243,9 @@ func (fs *FS) Check(ctx context.Context, path string, mode Mode) (Report, error)
 	// record may have changed it, or cut it off with a truncation).
 	drop := slices.Clone(rep.Damaged)
 	if a.lost != "" {
-		first := slices.Min(a.missing)
-		if a.whole {
-			for g := floor; g < first; g++ {
-				if !gens[g] {
-					first = g // an earlier gap: as suspect
-					break
-				}
-			}
+		first := a.missing.first
+		if g := findGaps(gens, floor, first); a.whole && g.n > 0 {
+			first = g.first // an earlier gap: as suspect
 		}
 		for c, ops := range use.chunks {
 			for _, o := range ops {
@@ -272,7 +264,7 @@ func (fs *FS) Check(ctx context.Context, path string, mode Mode) (Report, error)
 		}
 		rep.Refused = fmt.Sprintf("it would drop %d chunk(s), %d bytes", len(drop), bytes)
 		if a.lost != "" {
-			rep.Refused += fmt.Sprintf(", and give up %d lost record(s) whose content is unknown", len(a.missing))
+			rep.Refused += fmt.Sprintf(", and give up %d lost record(s) whose content is unknown", a.missing.n)
 		}
 		rep.Refused += fmt.Sprintf(": run with --force to do so (a copy of the file is kept in %s)", LostFound)
 		if a.lost != "" {
@@ -349,8 +341,8 @@ func (fs *FS) Check(ctx context.Context, path string, mode Mode) (Report, error)
 		return rep, err
 	}
 	if a.lost != "" {
-		rep.LostAccepted = len(a.missing)
-		rep.Changes = append(rep.Changes, fmt.Sprintf("%d lost record(s) given up: what they held is unknown (see the copy)", len(a.missing)))
+		rep.LostAccepted = int(min(a.missing.n, 1<<30))
+		rep.Changes = append(rep.Changes, fmt.Sprintf("%d lost record(s) given up: what they held is unknown (see the copy)", a.missing.n))
 	}
 	for _, p := range rep.Problems {
 		if p != a.lost {

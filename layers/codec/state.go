@@ -49,15 +49,15 @@ type state struct {
 	nextGen  uint64
 	hdrSeq   uint64
 	ckptOff  int64
-	ckptRecs int      // records since the checkpoint
-	ckptLen  int64    // their bytes: what opening replays after the checkpoint
-	live     int64    // bytes of records in chunks
-	hdrStale bool     // the header does not describe the log
-	whole    bool     // every generation from 1 or the newest reset is in the log (slotWhole)
-	needCkpt bool     // gaps a crash left were accepted: the next sync writes a checkpoint
-	lost     string   // records known to be lost (damage): the file is not served
-	missing  []uint64 // their generations
-	broken   error    // a failed append could not be cut off: no more writes until reopened
+	ckptRecs int    // records since the checkpoint
+	ckptLen  int64  // their bytes: what opening replays after the checkpoint
+	live     int64  // bytes of records in chunks
+	hdrStale bool   // the header does not describe the log
+	whole    bool   // every generation from 1 or the newest reset is in the log (slotWhole)
+	needCkpt bool   // gaps a crash left were accepted: the next sync writes a checkpoint
+	lost     string // records known to be lost (damage): the file is not served
+	missing  gaps   // their generations
+	broken   error  // a failed append could not be cut off: no more writes until reopened
 
 	problems []string // found while loading (for fsck)
 	scanned  int      // records replayed while loading
@@ -236,19 +236,16 @@ func (s *state) load(ctx context.Context) error {
 		hi = max(hi, g)
 	}
 	if lo != 0 && hi >= lo && ok {
-		var missing []uint64
-		for g := lo; g <= hi; g++ {
-			if found[g] {
-				continue
-			}
-			if trusted || g <= sl.gen {
-				missing = append(missing, g)
-			} else {
-				s.needCkpt, s.whole = true, false
-			}
+		limit := hi // gaps up to here are damage
+		if !trusted {
+			limit = min(hi, sl.gen)
 		}
-		if len(missing) > 0 {
-			s.lost = fmt.Sprintf("%d record(s) are missing (generations %d to %d): their headers are damaged, and the chunks they changed are unknown", len(missing), missing[0], missing[len(missing)-1])
+		missing := findGaps(found, lo, limit)
+		if !trusted && findGaps(found, max(lo, limit+1), hi).n > 0 {
+			s.needCkpt, s.whole = true, false
+		}
+		if missing.n > 0 {
+			s.lost = fmt.Sprintf("%d record(s) are missing (generations %d to %d): their headers are damaged, and the chunks they changed are unknown", missing.n, missing.first, missing.last)
 			s.missing = missing
 			s.problems = append(s.problems, s.lost)
 		}
@@ -269,6 +266,45 @@ func (s *state) load(ctx context.Context) error {
 	s.logEnd = validEnd
 	s.recount()
 	return nil
+}
+
+// gaps are the generations missing from a range: how many, the first and
+// the last.
+type gaps struct{ n, first, last uint64 }
+
+// findGaps returns the generations of [lo, hi] that are not in found,
+// in time proportional to found (generations come from disk: a damaged
+// or crafted record may carry a huge one).
+func findGaps(found map[uint64]bool, lo, hi uint64) gaps {
+	var g gaps
+	if hi < lo {
+		return g
+	}
+	in := make([]uint64, 0, len(found))
+	for x := range found {
+		if x >= lo && x <= hi {
+			in = append(in, x)
+		}
+	}
+	slices.Sort(in)
+	next := lo                 // the lowest generation not yet seen
+	add := func(a, b uint64) { // [a, b] is missing
+		if g.n == 0 {
+			g.first = a
+		}
+		g.n += b - a + 1
+		g.last = b
+	}
+	for _, x := range in {
+		if x > next {
+			add(next, x-1)
+		}
+		next = x + 1
+	}
+	if next <= hi && next != 0 {
+		add(next, hi)
+	}
+	return g
 }
 
 // loadCheckpoint loads the checkpoint record at off; it returns its
