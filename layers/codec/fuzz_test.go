@@ -145,6 +145,7 @@ func FuzzOpen(f *testing.F) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer fresh.Close() // its closed files stay open until then
 			again, err := layer.ReadFile(ctx, fresh, "f")
 			if err != nil || !bytes.Equal(again, first) {
 				t.Fatalf("a second read differs: %d bytes (%v), then %d", len(first), err, len(again))
@@ -205,6 +206,7 @@ func FuzzDamage(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer fs.Close() // its closed files stay open until then
 		got, err := layer.ReadFile(context.Background(), fs, "f")
 		if err != nil {
 			if layer.Errno(err) != unix.EIO {
