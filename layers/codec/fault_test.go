@@ -19,8 +19,17 @@ import (
 	"cairn/layers/local"
 )
 
-// faultStack builds name over a fault layer over a local directory.
+// faultStack builds name over a fault layer over a local directory; the
+// stack is closed when the test ends.
 func faultStack(t *testing.T, dir, name string, o Options) (*faultfs.FS, *FS) {
+	t.Helper()
+	ff, fs := openFaultStack(t, dir, name, o)
+	t.Cleanup(func() { layer.CloseStack(fs) })
+	return ff, fs
+}
+
+// openFaultStack is faultStack for the caller to close (layer.CloseStack).
+func openFaultStack(t *testing.T, dir, name string, o Options) (*faultfs.FS, *FS) {
 	t.Helper()
 	l, err := local.New(dir)
 	if err != nil {
@@ -34,7 +43,6 @@ func faultStack(t *testing.T, dir, name string, o Options) (*faultfs.FS, *FS) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { layer.CloseStack(fs) })
 	return ff, fs
 }
 
@@ -291,15 +299,7 @@ func TestReadErrors(t *testing.T) {
 			fs.Close()
 			failed := 0
 			for n := 1; n < 40; n++ {
-				l, err := local.New(dir)
-				if err != nil {
-					t.Fatal(err)
-				}
-				ff := faultfs.New(l)
-				fresh, err := New(ff, name, Options{Level: levelOf(name), Logger: quiet})
-				if err != nil {
-					t.Fatal(err)
-				}
+				ff, fresh := openFaultStack(t, dir, name, Options{Logger: quiet})
 				ff.Set(faultfs.Faults{FailRead: n})
 				got, err := layer.ReadFile(ctx, fresh, "f")
 				switch {
@@ -343,14 +343,14 @@ func TestCrashPoints(t *testing.T) {
 			for i := 0; i < points; i++ {
 				at := 1 + r.Int64N(total)
 				dir := t.TempDir()
-				ff, fs := faultStack(t, dir, name, Options{ChunkSize: 4096, FastTails: true, CompactMin: 8 << 10, Logger: quiet})
+				ff, fs := openFaultStack(t, dir, name, Options{ChunkSize: 4096, FastTails: true, CompactMin: 8 << 10, Logger: quiet})
 				ff.Set(faultfs.Faults{CrashAfter: at})
 				files := map[string]*crashFile{}
 				crashWorkload(ctx, fs, files)
 				if !ff.Crashed() {
 					t.Fatalf("crash point %d of %d not reached", at, total)
 				}
-				fresh := newStackAt(t, dir, name, Options{Logger: quiet})
+				_, fresh := openFaultStack(t, dir, name, Options{Logger: quiet})
 				for p, f := range files {
 					got, err := layer.ReadFile(ctx, fresh, p)
 					if errors.Is(err, syscall.ENOENT) && len(f.synced) == 0 {
@@ -373,6 +373,7 @@ func TestCrashPoints(t *testing.T) {
 					}
 				}
 				layer.CloseStack(fs)
+				layer.CloseStack(fresh)
 			}
 		})
 	}
