@@ -163,7 +163,7 @@ func (fs *FS) acquire(ctx context.Context, path string, lf layer.File, ro bool) 
 	fs.mu.Unlock()
 	err = st.load(ctx)
 	if err == nil && st.lost != "" {
-		err = fmt.Errorf("codec: %s: %s (cairn fsck --repair)", path, st.lost)
+		err = fmt.Errorf("codec: %s: %s (cairn fsck --repair --force drops what they may have changed)", path, st.lost)
 	}
 	if err == nil && st.hdrStale && !st.ro && st.logEnd != 0 {
 		// After a crash: record what was replayed, so that stat is cheap.
