@@ -12,7 +12,7 @@ need_root
 
 echo "== installing packages (apt)"
 export DEBIAN_FRONTEND=noninteractive
-pkgs="fuse3 attr ca-certificates curl unzip xz-utils gcc make"
+pkgs="fuse3 attr acl libcap2-bin xfsprogs python3 ca-certificates curl unzip xz-utils gcc make"
 missing=""
 for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

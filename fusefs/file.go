@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -15,6 +16,12 @@ type file struct {
 	f    layer.File
 	path string // at open time, for log lines
 	st   *state
+	// ino and writable serve Flush: the kernel's cached attributes of a
+	// writable file passed through (passed) are not told of writes made
+	// through a shared mapping.
+	ino      *fs.Inode
+	writable bool
+	passed   atomic.Bool
 }
 
 var (
@@ -27,21 +34,20 @@ var (
 	_ fs.FileSetattrer       = (*file)(nil)
 	_ fs.FileAllocater       = (*file)(nil)
 	_ fs.FileLseeker         = (*file)(nil)
-	_ fs.FileGetlker         = (*file)(nil)
-	_ fs.FileSetlker         = (*file)(nil)
-	_ fs.FileSetlkwer        = (*file)(nil)
 	_ fs.FilePassthroughFder = (*file)(nil)
 )
 
-func (st *state) newFile(f layer.File, path string) *file {
-	return &file{f: f, path: path, st: st}
+func (st *state) newFile(f layer.File, path string, ino *fs.Inode, flags uint32) *file {
+	return &file{f: f, path: path, st: st, ino: ino, writable: flags&syscall.O_ACCMODE != syscall.O_RDONLY}
 }
 
 func (f *file) PassthroughFd() (int, bool) {
 	if !f.st.passthrough {
 		return -1, false
 	}
-	return f.f.PassthroughFd()
+	fd, ok := f.f.PassthroughFd()
+	f.passed.Store(ok)
+	return fd, ok
 }
 
 func (f *file) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
@@ -61,6 +67,15 @@ func (f *file) Write(ctx context.Context, data []byte, off int64) (uint32, sysca
 }
 
 func (f *file) Flush(ctx context.Context) syscall.Errno {
+	if f.writable && f.passed.Load() && f.ino != nil {
+		// Writes through a shared mapping of a passed-through file change
+		// the lower's mtime and ctime at the page fault, which the kernel
+		// does not see (it updates the attributes of write(2)s only): let
+		// it fetch them again after each close, as a program that wrote
+		// through mmap and closed the file expects (xfstests generic/080).
+		// Only the attributes: no page is touched, no round trip waited for.
+		f.ino.NotifyContent(-1, 0)
+	}
 	return f.st.errno("flush", f.path, f.f.Flush(callerCtx(ctx)))
 }
 
@@ -98,28 +113,9 @@ func (f *file) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, sy
 	return uint64(o), 0
 }
 
-func (f *file) Getlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) syscall.Errno {
-	l := layer.Lock{Start: lk.Start, End: lk.End, Type: lk.Typ, Pid: lk.Pid}
-	r, err := f.f.Getlk(callerCtx(ctx), owner, &l, flags)
-	if err != nil {
-		return f.st.errno("getlk", f.path, err)
-	}
-	*out = fuse.FileLock{Start: r.Start, End: r.End, Typ: r.Type, Pid: r.Pid}
-	return 0
-}
-
-func (f *file) Setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
-	l := layer.Lock{Start: lk.Start, End: lk.End, Type: lk.Typ, Pid: lk.Pid}
-	return f.st.errno("setlk", f.path, f.f.Setlk(callerCtx(ctx), owner, &l, flags, false))
-}
-
-func (f *file) Setlkw(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
-	l := layer.Lock{Start: lk.Start, End: lk.End, Type: lk.Typ, Pid: lk.Pid}
-	return f.st.errno("setlkw", f.path, f.f.Setlk(callerCtx(ctx), owner, &l, flags, true))
-}
-
 // dir is an open directory. The listing is read on the first readdir and
-// again after a rewind; offsets are positions in it.
+// again after a rewind; offsets are positions in it, after "." and ".."
+// (positions 0 and 1).
 type dir struct {
 	n      *node
 	path   string
@@ -127,7 +123,13 @@ type dir struct {
 	loaded bool
 	pos    int
 	last   *layer.DirEntry
+	// gone are the directory's last attributes once it has been removed
+	// or replaced (see node.dirGone).
+	gone atomic.Pointer[layer.Attr]
 }
+
+// dots is the number of entries before the listing: "." and "..".
+const dots = 2
 
 var (
 	_ fs.FileReaddirenter = (*dir)(nil)
@@ -144,7 +146,9 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 	}
 	// The kernel opens only directories; the listing, read on the first
 	// readdir, reports a directory that has gone.
-	return &dir{n: n, path: p}, 0, 0
+	d := &dir{n: n, path: p}
+	n.st.dirOpened(d)
+	return d, 0, 0
 }
 
 func (d *dir) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
@@ -155,11 +159,25 @@ func (d *dir) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
 		}
 		d.ents, d.loaded, d.pos = ents, true, 0
 	}
-	if d.pos >= len(d.ents) {
-		d.last = nil
+	d.last = nil
+	if d.pos < dots {
+		// Every Linux file system lists "." and ".." (some programs count
+		// on them): "." is this directory, ".." its parent, and the root's
+		// parent is the root, as on any file system's root directory.
+		self, name := &d.n.Inode, "."
+		if d.pos == 1 {
+			name = ".."
+			if _, p := self.Parent(); p != nil && !self.IsRoot() {
+				self = p
+			}
+		}
+		d.pos++
+		return &fuse.DirEntry{Name: name, Mode: syscall.S_IFDIR, Ino: self.StableAttr().Ino, Off: uint64(d.pos)}, 0
+	}
+	if d.pos-dots >= len(d.ents) {
 		return nil, 0
 	}
-	e := &d.ents[d.pos]
+	e := &d.ents[d.pos-dots]
 	d.pos++
 	d.last = e
 	return &fuse.DirEntry{Name: e.Name, Mode: e.Mode, Ino: e.Ino, Off: uint64(d.pos)}, 0
@@ -178,7 +196,7 @@ func (d *dir) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 		d.loaded = false
 		return 0
 	}
-	if !d.loaded || off > uint64(len(d.ents)) {
+	if !d.loaded || off > uint64(len(d.ents)+dots) {
 		return syscall.EINVAL
 	}
 	d.pos = int(off)
@@ -189,4 +207,4 @@ func (d *dir) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
 	return d.n.st.errno("fsyncdir", d.path, d.n.st.top.SyncDir(callerCtx(ctx), d.path))
 }
 
-func (d *dir) Releasedir(ctx context.Context, releaseFlags uint32) {}
+func (d *dir) Releasedir(ctx context.Context, releaseFlags uint32) { d.n.st.dirClosed(d) }

@@ -104,6 +104,7 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 	st := &state{
 		top:         top,
 		passthrough: !o.NoPassthrough && layer.StackChanges(top)&layer.ChangesData == 0,
+		acl:         o.AllowOther,
 		log:         o.Logger,
 	}
 	ra, err := top.Getattr(context.Background(), "")
@@ -118,24 +119,44 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 	if fsname == "" {
 		fsname = "cairn"
 	}
+	// EnableLocks stays off: without CAP_POSIX_LOCKS and CAP_FLOCK_LOCKS the
+	// kernel keeps POSIX, OFD and flock locks on the mount's inodes itself,
+	// exactly as for ext4 (owners, release on close, ranges, F_GETLK's pid,
+	// deadlock detection, waits that a signal interrupts). That is right for
+	// a mount that is the only user of its lowers (every lower today); a
+	// lower shared with other machines would need them forwarded.
 	mopts := fuse.MountOptions{
 		AllowOther:    o.AllowOther,
 		FsName:        fsname,
 		Name:          "cairn",
 		MaxWrite:      1 << 20,
 		MaxReadAhead:  1 << 20,
-		EnableLocks:   true,
 		DisableXAttrs: o.NoXattr,
 		DirectMount:   true,
 		Debug:         o.Debug,
 		Logger:        log.New(&slogWriter{o.Logger}, "", 0),
-		// FUSE asks for security.capability before every write; the
-		// answer is always "none" for us, so let go-fuse give it.
-		IgnoreSecurityLabels: true,
-		// The lower file system drops suid/sgid and file capabilities on
-		// write, truncate and chown by itself; saying so spares a
-		// GETXATTR security.capability round trip before those.
-		ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2,
+		// POSIX ACLs: the kernel reads them (system.posix_acl_access and
+		// _default, served by the stack like any xattr), caches them and
+		// checks them with the modes, for every user; it then applies no
+		// umask of its own (see CAP_DONT_MASK below). Only with allow_other:
+		// the kernel then checks permissions itself (default_permissions),
+		// which ACL support would otherwise impose on private mounts too.
+		// security.capability and the ACLs are served, not refused: with
+		// CAP_HANDLE_KILLPRIV_V2 the kernel no longer asks for
+		// security.capability before every write.
+		EnableAcl: st.acl,
+		// We drop set-id bits ourselves (node.Setattr, killPrivs): the
+		// daemon writes to the lower as root, so the lower never does.
+		// Saying so also spares a GETXATTR security.capability round trip
+		// before every write (the kernel marks inodes S_NOSEC).
+		//
+		// CAP_DONT_MASK: the kernel sends the mode of a new object
+		// without the caller's umask, and the umask beside it; the local
+		// layer applies it unless a default ACL replaces it, as ext4 does.
+		//
+		// CAP_SETXATTR_EXT: a SETXATTR of an access ACL says when the
+		// caller may not keep the set-group-ID bit (see node.Setxattr).
+		ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_DONT_MASK | fuse.CAP_SETXATTR_EXT,
 		// A bug in a layer must not take the mount down: the request
 		// fails with EIO and the operator gets the stack.
 		PanicHandler: func(v any) fuse.Status {
@@ -161,13 +182,59 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		AttrTimeout:     timeout(o.AttrTimeout, DefaultAttrTimeout),
 		NegativeTimeout: timeout(o.NegativeTimeout, DefaultNegativeTimeout),
 		RootStableAttr:  &fs.StableAttr{Mode: syscall.S_IFDIR, Ino: ra.Ino},
+		// Report the lower's permission bits exactly: without this, go-fuse
+		// turns mode 0000 into 0644 (0755 for directories), and the kernel
+		// then lets every user read a file nobody may read.
+		NullPermissions: true,
 		Logger:          log.New(&slogWriter{o.Logger}, "", 0),
 	}
-	srv, err := fs.Mount(mountpoint, st.root, opts)
+	srv, err := fuse.NewServer(&rawFS{RawFileSystem: fs.NewNodeFS(st.root, opts), st: st}, mountpoint, &opts.MountOptions)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		srv.Unmount()
+		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
+	}
 	return &Server{Server: srv, Mountpoint: mountpoint, Passthrough: st.passthrough}, nil
+}
+
+// rawFS hands the node methods what go-fuse's node API leaves out of a
+// request: the caller's umask of a create, mkdir or mknod (CAP_DONT_MASK
+// leaves it to us, so that a default ACL of the directory can replace it),
+// and the flags of a SETXATTR (CAP_SETXATTR_EXT). They travel keyed by the
+// request's cancel channel, which belongs to one request while it is served
+// (see state.extras).
+type rawFS struct {
+	fuse.RawFileSystem
+	st *state
+}
+
+func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	r.st.extras.Store(cancel, in.Umask)
+	defer r.st.extras.Delete(cancel)
+	return r.RawFileSystem.Create(cancel, in, name, out)
+}
+
+func (r *rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	r.st.extras.Store(cancel, in.Umask)
+	defer r.st.extras.Delete(cancel)
+	return r.RawFileSystem.Mkdir(cancel, in, name, out)
+}
+
+func (r *rawFS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
+	if in.SetXAttrFlags != 0 {
+		r.st.extras.Store(cancel, in.SetXAttrFlags)
+		defer r.st.extras.Delete(cancel)
+	}
+	return r.RawFileSystem.SetXAttr(cancel, in, attr, data)
+}
+
+func (r *rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	r.st.extras.Store(cancel, in.Umask)
+	defer r.st.extras.Delete(cancel)
+	return r.RawFileSystem.Mknod(cancel, in, name, out)
 }
 
 // slogWriter carries go-fuse's log lines into slog.

@@ -10,10 +10,12 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"cairn/layer"
 )
@@ -22,8 +24,92 @@ import (
 type state struct {
 	top         layer.FS
 	passthrough bool // every layer leaves data unchanged
+	acl         bool // the kernel handles POSIX ACLs (allow_other mounts)
 	log         *slog.Logger
 	root        *node
+	// extras maps the cancel channel of a request in flight to what rawFS
+	// found in it: the umask of a create, mkdir or mknod, the SETXATTR
+	// flags of a setxattr.
+	extras sync.Map
+
+	dirsMu   sync.Mutex
+	openDirs map[*node][]*dir // open directory handles, for dirGone
+}
+
+// dirOpened and dirClosed keep state.openDirs.
+func (st *state) dirOpened(d *dir) {
+	st.dirsMu.Lock()
+	if st.openDirs == nil {
+		st.openDirs = map[*node][]*dir{}
+	}
+	st.openDirs[d.n] = append(st.openDirs[d.n], d)
+	st.dirsMu.Unlock()
+}
+
+func (st *state) dirClosed(d *dir) {
+	st.dirsMu.Lock()
+	ds := st.openDirs[d.n]
+	for i := range ds {
+		if ds[i] == d {
+			ds = append(ds[:i], ds[i+1:]...)
+			break
+		}
+	}
+	if len(ds) == 0 {
+		delete(st.openDirs, d.n)
+	} else {
+		st.openDirs[d.n] = ds
+	}
+	st.dirsMu.Unlock()
+}
+
+// dirGone prepares for the removal of the child name of n (rmdir, or a
+// rename over it): if it is a directory that is open, it returns a function
+// that, once the removal succeeded, gives its open handles the attributes
+// it had, with no links left, so that fstat of them still answers as on
+// ext4 (the kernel asks, and the path no longer leads to it). It costs a
+// Getattr only when such a directory is open.
+func (n *node) dirGone(ctx context.Context, name, p string) func() {
+	ch := n.GetChild(name)
+	if ch == nil {
+		return func() {}
+	}
+	cn, ok := ch.Operations().(*node)
+	if !ok {
+		return func() {}
+	}
+	n.st.dirsMu.Lock()
+	open := len(n.st.openDirs[cn]) > 0
+	n.st.dirsMu.Unlock()
+	if !open {
+		return func() {}
+	}
+	a, err := n.st.top.Getattr(ctx, p)
+	if err != nil || !a.IsDir() {
+		return func() {}
+	}
+	a.Nlink = 0
+	return func() {
+		n.st.dirsMu.Lock()
+		for _, d := range n.st.openDirs[cn] {
+			d.gone.Store(&a)
+		}
+		n.st.dirsMu.Unlock()
+	}
+}
+
+// creatorCtx is callerCtx for a request that creates an object: the caller
+// carries the umask the kernel sent with it (see rawFS).
+func (st *state) creatorCtx(ctx context.Context) context.Context {
+	fc, ok := ctx.(*fuse.Context)
+	if !ok {
+		return ctx
+	}
+	c := &layer.Caller{Uid: fc.Caller.Uid, Gid: fc.Caller.Gid, Pid: fc.Caller.Pid}
+	if u, ok := st.extras.Load(fc.Cancel); ok {
+		c.Umask = u.(uint32) & 0o777
+	}
+	return layer.WithCaller(ctx, c)
 }
 
 type node struct {
@@ -144,6 +230,10 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	var a layer.Attr
 	var err error
 	p := ""
+	if d, ok := f.(*dir); ok && d.gone.Load() != nil {
+		fillAttr(d.gone.Load(), &out.Attr)
+		return 0
+	}
 	if fh, ok := f.(*file); ok {
 		a, err = fh.f.Getattr(callerCtx(ctx))
 	} else {
@@ -192,23 +282,94 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		sa.Valid |= layer.SetMtime
 		sa.Mtime = layer.Time{Sec: int64(in.Mtime), Nsec: int64(in.Mtimensec)}
 	}
-	var a layer.Attr
-	var err error
+	cctx := callerCtx(ctx)
+	fh, _ := f.(*file)
 	p := ""
-	if fh, ok := f.(*file); ok {
-		a, err = fh.f.Setattr(callerCtx(ctx), &sa)
-	} else {
+	if fh == nil {
 		var ok bool
 		if p, ok = n.path(); !ok {
 			return syscall.ENOENT
 		}
-		a, err = n.st.top.Setattr(callerCtx(ctx), p, &sa)
 	}
-	if err != nil {
-		return n.st.errno("setattr", p, err)
+	setattr := func(ctx context.Context, sa *layer.SetAttr) (layer.Attr, error) {
+		if fh != nil {
+			return fh.f.Setattr(ctx, sa)
+		}
+		return n.st.top.Setattr(ctx, p, sa)
+	}
+	// The set-id bits to drop (see killPrivs), judged on the attributes
+	// before the change, as the kernel judges them.
+	var a layer.Attr
+	var err error
+	var drop uint32
+	if killPrivs(in) && sa.Valid&layer.SetMode == 0 {
+		if fh != nil {
+			a, err = fh.f.Getattr(cctx)
+		} else {
+			a, err = n.st.top.Getattr(cctx, p)
+		}
+		if err != nil {
+			return n.st.errno("setattr", p, err)
+		}
+		drop = setidToDrop(a, layer.CallerOf(cctx))
+	}
+	if sa.Valid != 0 || drop == 0 {
+		if a, err = setattr(cctx, &sa); err != nil {
+			return n.st.errno("setattr", p, err)
+		}
+	}
+	if a.Mode&drop != 0 {
+		// The file system's own change, not the caller's chmod: made with
+		// the daemon's identity, so that a layer's rules on who may chmod
+		// do not stop a write.
+		if a, err = setattr(daemonCtx(ctx), &layer.SetAttr{Valid: layer.SetMode, Mode: a.Mode & 07777 &^ drop}); err != nil {
+			return n.st.errno("setattr", p, err)
+		}
 	}
 	fillAttr(&a, &out.Attr)
 	return 0
+}
+
+// daemonCtx carries the daemon's own identity, for changes the file system
+// makes by itself.
+func daemonCtx(ctx context.Context) context.Context {
+	return layer.WithCaller(ctx, layer.Self())
+}
+
+// killPrivs says whether a SETATTR asks the file system to drop set-id
+// bits (FUSE_HANDLE_KILLPRIV_V2, negotiated in Mount). The kernel leaves it
+// to us: the daemon writes to the lower as root, with CAP_FSETID, so the
+// lower never drops them by itself. Two forms arrive:
+//   - FATTR_KILL_SUIDGID, with a truncate or a chown by a caller without
+//     CAP_FSETID (the kernel sets it whatever the mode);
+//   - a SETATTR that changes nothing: the kernel's file_remove_privs before
+//     a write (cached or passed through), fallocate, punch hole or zero
+//     range, sent only when the kernel has found that the caller lacks
+//     CAP_FSETID and the file has bits to lose. (The WRITE that follows
+//     also carries FUSE_WRITE_KILL_SUIDGID; the bits are gone by then.)
+func killPrivs(in *fuse.SetAttrIn) bool {
+	return in.Valid&fuse.FATTR_KILL_SUIDGID != 0 ||
+		in.Valid&^(fuse.FATTR_FH|fuse.FATTR_LOCKOWNER) == 0
+}
+
+// setidToDrop are the set-id bits of a that a change by c drops, as the
+// kernel's VFS drops them for every local file system: the set-user-ID bit
+// always, the set-group-ID bit when the file is group executable or c is
+// not in the file's group (and not root). Directories keep theirs.
+func setidToDrop(a layer.Attr, c *layer.Caller) uint32 {
+	if a.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return 0
+	}
+	drop := a.Mode & syscall.S_ISUID
+	if a.Mode&syscall.S_ISGID != 0 && (a.Mode&syscall.S_IXGRP != 0 || !inGroup(c, a.Gid)) {
+		drop |= syscall.S_ISGID
+	}
+	return drop
+}
+
+// inGroup reports whether c is root or a member of gid.
+func inGroup(c *layer.Caller, gid uint32) bool {
+	return c.Uid == 0 || c.InGroup(gid)
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
@@ -220,7 +381,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if err != nil {
 		return nil, 0, n.st.errno("open", p, err)
 	}
-	return n.st.newFile(lf, p), n.st.openFlags(lf), 0
+	return n.st.newFile(lf, p, &n.Inode, flags), n.st.openFlags(lf), 0
 }
 
 // openFlags keeps the kernel's page cache across opens of a file that says
@@ -237,11 +398,12 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if !ok {
 		return nil, nil, 0, syscall.ENOENT
 	}
-	lf, a, err := n.st.top.Create(callerCtx(ctx), p, int(flags), mode)
+	lf, a, err := n.st.top.Create(n.st.creatorCtx(ctx), p, int(flags), mode)
 	if err != nil {
 		return nil, nil, 0, n.st.errno("create", p, err)
 	}
-	return n.newChild(ctx, &a, out), n.st.newFile(lf, p), n.st.openFlags(lf), 0
+	ch := n.newChild(ctx, &a, out)
+	return ch, n.st.newFile(lf, p, ch, flags), n.st.openFlags(lf), 0
 }
 
 // made finishes an operation that creates a directory entry.
@@ -257,7 +419,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if !ok {
 		return nil, syscall.ENOENT
 	}
-	a, err := n.st.top.Mkdir(callerCtx(ctx), p, mode)
+	a, err := n.st.top.Mkdir(n.st.creatorCtx(ctx), p, mode)
 	return n.made(ctx, "mkdir", p, a, err, out)
 }
 
@@ -266,7 +428,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 	if !ok {
 		return nil, syscall.ENOENT
 	}
-	a, err := n.st.top.Mknod(callerCtx(ctx), p, mode, uint64(dev))
+	a, err := n.st.top.Mknod(n.st.creatorCtx(ctx), p, mode, uint64(dev))
 	return n.made(ctx, "mknod", p, a, err, out)
 }
 
@@ -318,7 +480,12 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if !ok {
 		return syscall.ENOENT
 	}
-	return n.st.errno("rmdir", p, n.st.top.Rmdir(callerCtx(ctx), p))
+	gone := n.dirGone(callerCtx(ctx), name, p)
+	err := n.st.top.Rmdir(callerCtx(ctx), p)
+	if err == nil {
+		gone()
+	}
+	return n.st.errno("rmdir", p, err)
 }
 
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
@@ -331,7 +498,15 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if !ok1 || !ok2 {
 		return syscall.ENOENT
 	}
-	return n.st.errno("rename", old, n.st.top.Rename(callerCtx(ctx), old, nw, flags))
+	gone := func() {}
+	if flags&unix.RENAME_EXCHANGE == 0 {
+		gone = np.dirGone(callerCtx(ctx), newName, nw)
+	}
+	err := n.st.top.Rename(callerCtx(ctx), old, nw, flags)
+	if err == nil {
+		gone()
+	}
+	return n.st.errno("rename", old, err)
 }
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
@@ -351,7 +526,27 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if !ok {
 		return syscall.ENOENT
 	}
-	return n.st.errno("setxattr", p, n.st.top.Setxattr(callerCtx(ctx), p, attr, data, int(flags)))
+	cctx := callerCtx(ctx)
+	if err := n.st.top.Setxattr(cctx, p, attr, data, int(flags)); err != nil {
+		return n.st.errno("setxattr", p, err)
+	}
+	n.aclChanged(attr)
+	// An access ACL set by a caller outside the file's group (and without
+	// CAP_FSETID) drops the set-group-ID bit, as posix_acl_update_mode does
+	// on every local file system; the daemon set it as root, so the lower
+	// kept the bit. The kernel says so with SETXATTR_ACL_KILL_SGID.
+	if fc, ok := ctx.(*fuse.Context); ok {
+		if f, ok := n.st.extras.Load(fc.Cancel); ok && f.(uint32)&fuse.SETXATTR_ACL_KILL_SGID != 0 {
+			a, err := n.st.top.Getattr(cctx, p)
+			if err == nil && a.Mode&syscall.S_ISGID != 0 {
+				_, err = n.st.top.Setattr(daemonCtx(ctx), p, &layer.SetAttr{Valid: layer.SetMode, Mode: a.Mode & 07777 &^ syscall.S_ISGID})
+			}
+			if err != nil {
+				return n.st.errno("setxattr", p, err)
+			}
+		}
+	}
+	return 0
 }
 
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
@@ -371,7 +566,21 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if !ok {
 		return syscall.ENOENT
 	}
-	return n.st.errno("removexattr", p, n.st.top.Removexattr(callerCtx(ctx), p, attr))
+	err := n.st.top.Removexattr(callerCtx(ctx), p, attr)
+	if err == nil {
+		n.aclChanged(attr)
+	}
+	return n.st.errno("removexattr", p, err)
+}
+
+// aclChanged follows a change of the xattr attr: an access ACL changes the
+// mode too (the lower derives it), and a kernel that does not handle ACLs
+// itself (a mount without allow_other) would show the old mode for the
+// attribute-cache time. Attributes only; nothing is waited for.
+func (n *node) aclChanged(attr string) {
+	if attr == "system.posix_acl_access" && !n.st.acl {
+		n.NotifyContent(-1, 0)
+	}
 }
 
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {

@@ -14,6 +14,11 @@ import (
 type Caller struct {
 	Uid, Gid uint32
 	Pid      uint32
+	// Umask is the caller's umask, still to be applied to the mode of the
+	// object a Create, Mkdir or Mknod makes: the bottom layer applies it
+	// unless a default ACL of the new object's directory takes its place,
+	// as every Linux file system does. 0 when the mode is final.
+	Umask uint32
 
 	once     sync.Once
 	groups   []uint32

@@ -74,6 +74,26 @@ func TestHookedSeesEveryOperation(t *testing.T) {
 	f.Fsync(ctx, false)
 	f.Flush(ctx)
 	f.Release(ctx)
+	g, err := r.Open(ctx, "d/f", unix.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Setlk(ctx, 1, &layer.Lock{Start: 0, End: 9, Type: unix.F_WRLCK}, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := g.Getlk(ctx, 1, &layer.Lock{Start: 0, End: 9, Type: unix.F_WRLCK}, 0); err != nil || l.Type != unix.F_UNLCK {
+		t.Fatalf("getlk of the file's own lock: %+v %v", l, err)
+	}
+	c, _, err := r.Create(ctx, "d/c", unix.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := g.CopyFileRange(ctx, 0, c, 0, 3, 0); n != 3 || err != nil {
+		t.Fatalf("copy_file_range: %d %v", n, err)
+	}
+	c.Release(ctx)
+	g.Release(ctx)
+	r.Unlink(ctx, "d/c")
 	r.Getattr(ctx, "d/f")
 	r.Setattr(ctx, "d/f", &layer.SetAttr{Valid: layer.SetMode, Mode: 0o644})
 	r.Symlink(ctx, "f", "d/l")
@@ -99,11 +119,21 @@ func TestHookedSeesEveryOperation(t *testing.T) {
 	r.Rmdir(ctx, "d")
 	got := strings.Join(r.ops, " ")
 	want := "mkdir:d create:d/f write:d/f#3 read:d/f#2 fgetattr:d/f fsetattr:d/f fallocate:d/f lseek:d/f fsync:d/f " +
-		"flush:d/f release:d/f getattr:d/f setattr:d/f symlink:d/l>f readlink:d/l link:d/f>d/h rename:d/h>d/i " +
+		"flush:d/f release:d/f open:d/f setlk:d/f getlk:d/f create:d/c copy_file_range:d/f>d/c release:d/c release:d/f unlink:d/c getattr:d/f setattr:d/f symlink:d/l>f readlink:d/l link:d/f>d/h rename:d/h>d/i " +
 		"setxattr:d/f>user.x getxattr:d/f>user.x listxattr:d/f removexattr:d/f>user.x readdir:d statfs: syncdir:d " +
 		"mknod:d/p unlink:d/p unlink:d/i!permission denied rmdir:d!directory not empty"
 	if got != want {
 		t.Fatalf("operations seen:\n%s\nwant:\n%s", got, want)
+	}
+	// Every operation a hook can see was called here.
+	seen := map[string]bool{}
+	for _, o := range r.ops {
+		seen[strings.FieldsFunc(o, func(c rune) bool { return c == ':' })[0]] = true
+	}
+	for _, n := range layer.OpNames {
+		if !seen[n] {
+			t.Errorf("the test never calls %s", n)
+		}
 	}
 }
 

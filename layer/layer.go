@@ -92,7 +92,9 @@ type File interface {
 	CopyFileRange(ctx context.Context, offIn int64, dst File, offOut int64, n int64, flags uint32) (int64, error)
 
 	// Getlk, Setlk and Setlkw are POSIX byte-range locks (fcntl); with
-	// LockFlock set in flags, Setlk and Setlkw are flock(2) locks.
+	// LockFlock set in flags, Setlk and Setlkw are flock(2) locks. The
+	// FUSE frontend does not call them: the kernel keeps a mount's locks
+	// (docs/DEVELOPING.md, "The FUSE frontend").
 	Getlk(ctx context.Context, owner uint64, lk *Lock, flags uint32) (Lock, error)
 	Setlk(ctx context.Context, owner uint64, lk *Lock, flags uint32, wait bool) error
 

@@ -39,6 +39,10 @@ type Option struct {
 	Allowed  []string // for String: the accepted values
 	Secret   bool     // masked by explain and in logs
 	Help     string
+	// Check, when not nil, checks the converted value further (a user
+	// name that exists, a program that can be found); cairn check reports
+	// its error at the value.
+	Check func(v any) error
 }
 
 // Type is a layer type.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"unicode/utf8"
 )
 
 // Pos is a position in a spec: file, line and column (both from 1; the
@@ -43,6 +44,7 @@ func (e *Error) Detail() string {
 	if col > len(line) {
 		col = len(line)
 	}
+	line, col = clip(line, col)
 	var pad strings.Builder
 	for _, c := range []byte(line[:col]) {
 		if c == '\t' {
@@ -52,6 +54,34 @@ func (e *Error) Detail() string {
 		}
 	}
 	return fmt.Sprintf("%s\n    %s\n    %s^", e.Error(), line, pad.String())
+}
+
+// maxShown is how many bytes of a long line Detail shows around the column.
+const maxShown = 100
+
+// clip cuts a long line (an inline spec of many layers) to about maxShown
+// bytes around col, marking the cuts with "...", and returns the column in
+// what is left.
+func clip(line string, col int) (string, int) {
+	if len(line) <= maxShown {
+		return line, col
+	}
+	start := max(col-maxShown/2, 0)
+	end := min(start+maxShown, len(line))
+	for start > 0 && !utf8.RuneStart(line[start]) {
+		start--
+	}
+	for end < len(line) && !utf8.RuneStart(line[end]) {
+		end++
+	}
+	out, col := line[start:end], col-start
+	if start > 0 {
+		out, col = "..."+out, col+3
+	}
+	if end < len(line) {
+		out += "..."
+	}
+	return out, col
 }
 
 // Detail prints every error with its line and caret (see Error.Detail), or

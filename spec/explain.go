@@ -31,6 +31,9 @@ func (s *Spec) Explain(w io.Writer) {
 	} else {
 		fmt.Fprintf(w, "kernel passthrough: no: %s file data\n", changersText(who))
 	}
+	// Every lower today is a directory of this machine: the kernel keeps
+	// the mount's locks (fusefs does not ask FUSE to forward them).
+	fmt.Fprintf(w, "locks: local: the kernel keeps POSIX, OFD and flock locks for the mount's processes; they do not reach the lower files\n")
 	var mo []string
 	for _, k := range mountOptions {
 		v := s.mountOption(k)

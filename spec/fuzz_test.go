@@ -13,16 +13,29 @@ import (
 	"cairn/spec"
 )
 
-// checkErr checks that a rejection is a list of clear, positioned errors.
-func checkErr(t *testing.T, file string, err error) {
+// checkErr checks that a rejection is a list of clear, positioned errors,
+// each inside text (the spec's text: line and column within it, the line
+// shown being the spec's line).
+func checkErr(t *testing.T, file string, text []byte, err error) {
 	t.Helper()
 	var l spec.ErrorList
 	if !errors.As(err, &l) || len(l) == 0 {
 		t.Fatalf("error is not a spec.ErrorList: %T %v", err, err)
 	}
+	text = bytes.TrimPrefix(text, []byte("\ufeff"))
+	lines := strings.Split(string(text), "\n")
+	if file == spec.InlineFile {
+		lines = []string{strings.NewReplacer("\n", " ", "\r", " ").Replace(string(text))}
+	}
 	for _, e := range l {
 		if e.Pos.File != file || e.Pos.Line < 0 || (e.Pos.Line > 0 && e.Pos.Col < 1) {
 			t.Fatalf("bad position %+v in %q", e.Pos, e.Error())
+		}
+		if e.Pos.Line > len(lines) || (e.Pos.Line > 0 && e.Pos.Col > len(lines[e.Pos.Line-1])+1) {
+			t.Fatalf("position %+v is outside the text (%d lines) in %q", e.Pos, len(lines), e.Error())
+		}
+		if e.Pos.Line > 0 && e.Line != lines[e.Pos.Line-1] {
+			t.Fatalf("error at %v shows line %q, not the spec's %q", e.Pos, e.Line, lines[e.Pos.Line-1])
 		}
 		if strings.TrimSpace(e.Msg) == "" {
 			t.Fatalf("empty message at %v", e.Pos)
@@ -98,7 +111,7 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse returned no spec")
 		}
 		if err != nil {
-			checkErr(t, "fuzz.toml", err)
+			checkErr(t, "fuzz.toml", data, err)
 			return
 		}
 		roundTrip(t, s)
@@ -126,13 +139,15 @@ func FuzzInline(f *testing.F) {
 	for _, s := range inlineSeeds {
 		f.Add(s)
 	}
+	f.Add(strings.Repeat("null,", spec.MaxDepth-1) + "null:/tmp") // one layer too deep
+	f.Add(strings.Repeat("null,", spec.MaxDepth-2) + "null:/tmp") // as deep as allowed
 	f.Fuzz(func(t *testing.T, text string) {
 		s, err := spec.ParseInline(text)
 		if s == nil {
 			t.Fatalf("ParseInline returned no spec")
 		}
 		if err != nil {
-			checkErr(t, spec.InlineFile, err)
+			checkErr(t, spec.InlineFile, []byte(text), err)
 			return
 		}
 		roundTrip(t, s)

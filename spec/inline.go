@@ -71,15 +71,16 @@ func ParseInline(text string) (*Spec, error) {
 }
 
 // LooksInline reports whether arg is meant as the inline form rather than a
-// spec file: it is not an existing regular file, does not end in .toml, and
-// either holds one of "(,:", names an existing directory, or is a layer type.
+// spec file: it names an existing directory, or it names no existing file,
+// does not end in .toml, and either holds one of "(,:" or is a layer type.
 func LooksInline(arg string) bool {
 	if strings.HasSuffix(arg, ".toml") {
 		return false
 	}
 	fi, err := os.Stat(arg)
 	if err == nil {
-		return !fi.Mode().IsRegular()
+		// A FIFO or a device is a spec file that Load refuses.
+		return fi.IsDir()
 	}
 	if strings.ContainsAny(arg, "(,:") {
 		return true
@@ -305,10 +306,15 @@ func inlineTable(chain []inlineLayer, dir string, dirPos Pos) *table {
 	root := newTable(Pos{File: InlineFile, Line: 1, Col: 1})
 	layers := newTable(root.pos)
 	used := map[string]bool{}
+	next := map[string]int{} // the next number to try for a type: linear in the layers
 	nameOf := func(typ string) string {
 		n := typ
-		for i := 2; used[n]; i++ {
-			n = fmt.Sprintf("%s-%d", typ, i)
+		for used[n] {
+			if next[typ] < 2 {
+				next[typ] = 2
+			}
+			n = fmt.Sprintf("%s-%d", typ, next[typ])
+			next[typ]++
 		}
 		used[n] = true
 		return n

@@ -22,11 +22,13 @@ package spec
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"cairn/pathmatch"
@@ -120,13 +122,59 @@ var LogLevels = []string{"debug", "info", "warn", "error"}
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
-// Load reads and parses a spec file.
+// MaxFileSize is the largest spec file Load reads (1 MiB): a real spec is a
+// few KiB.
+const MaxFileSize = 1 << 20
+
+// MaxDepth is the deepest stack a spec may describe: the most layers on the
+// way from the mounted layer down to a bottom layer, both counted. Every
+// operation passes through each layer on its way, one call inside another.
+const MaxDepth = 64
+
+// Load reads and parses a spec file. It must be a regular file (a FIFO or a
+// device is refused rather than waited on) of at most MaxFileSize bytes.
 func Load(path string) (*Spec, error) {
-	data, err := os.ReadFile(path)
+	// O_NONBLOCK: opening a FIFO must not wait for a writer.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("spec file %s is %s, not a regular file", path, fileKind(fi.Mode()))
+	}
+	if fi.Size() > MaxFileSize {
+		return nil, fmt.Errorf("spec file %s is %d bytes; a spec file may hold at most %d bytes (1 MiB)", path, fi.Size(), MaxFileSize)
+	}
+	// The size may change while it is read: never read more than the limit.
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxFileSize {
+		return nil, fmt.Errorf("spec file %s is larger than %d bytes, the most a spec file may hold (1 MiB)", path, MaxFileSize)
+	}
 	return Parse(path, data)
+}
+
+func fileKind(m os.FileMode) string {
+	switch {
+	case m&os.ModeNamedPipe != 0:
+		return "a FIFO (named pipe)"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeCharDevice != 0:
+		return "a character device"
+	case m&os.ModeDevice != 0:
+		return "a block device"
+	case m.IsDir():
+		return "a directory"
+	}
+	return "a special file (" + m.String() + ")"
 }
 
 // Parse parses and checks a spec file's contents. Relative paths in it are
@@ -434,6 +482,11 @@ func (c *checker) convert(o *registry.Option, v *value) (any, error) {
 		}
 		cv = p
 	}
+	if o.Check != nil {
+		if err := o.Check(cv); err != nil {
+			return nil, fmt.Errorf("option %q: %v", o.Name, err)
+		}
+	}
 	return cv, nil
 }
 
@@ -583,6 +636,9 @@ func (c *checker) graph(s *Spec, mountV *value) {
 	}
 	usedBy := map[string]string{}
 	for _, name := range s.Order {
+		if c.full() {
+			break // the messages below list every layer: do not build them for nothing
+		}
 		l := s.Layers[name]
 		seen := map[string]bool{}
 		for i, o := range l.Over {
@@ -639,6 +695,9 @@ func (c *checker) graph(s *Spec, mountV *value) {
 			case 0:
 				visit(o)
 			case 1:
+				if c.full() {
+					continue
+				}
 				j := indexOf(path, o)
 				cyc := append(append([]string{}, path[j:]...), o)
 				c.errorf(l.OverPos[i], "layers stack in a cycle: %s", strings.Join(cyc, " over "))
@@ -652,6 +711,7 @@ func (c *checker) graph(s *Spec, mountV *value) {
 			visit(name)
 		}
 	}
+	c.depth(s)
 	// Unused layers.
 	if l := s.Layers[s.Mount]; l != nil {
 		reach := map[string]bool{}
@@ -684,6 +744,38 @@ func (c *checker) graph(s *Spec, mountV *value) {
 		}
 	}
 }
+
+// depth reports a stack deeper than MaxDepth, at the first layer too deep.
+// It walks down from the mounted layer without recursion, each layer once.
+func (c *checker) depth(s *Spec) {
+	if s.Layers[s.Mount] == nil {
+		return
+	}
+	type item struct {
+		name  string
+		depth int
+	}
+	todo := []item{{s.Mount, 1}}
+	seen := map[string]bool{s.Mount: true}
+	for len(todo) > 0 {
+		it := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		l := s.Layers[it.name]
+		if it.depth > MaxDepth {
+			c.errorf(l.Pos, "the stack is too deep: layer %q is layer %d down from the mounted layer %q, and a stack may be at most %d layers deep", it.name, it.depth, s.Mount, MaxDepth)
+			return
+		}
+		for _, o := range l.Over {
+			if s.Layers[o] != nil && !seen[o] {
+				seen[o] = true
+				todo = append(todo, item{o, it.depth + 1})
+			}
+		}
+	}
+}
+
+// full reports whether no more errors are kept.
+func (c *checker) full() bool { return len(*c.errs) >= maxErrors }
 
 // guessTop suggests a mount: the first layer nothing stacks over.
 func guessTop(s *Spec) string {

@@ -62,7 +62,8 @@ func TestErrorGolden(t *testing.T) {
 			if err == nil {
 				t.Fatalf("%s parsed without error", f)
 			}
-			checkErr(t, f, err)
+			data, _ := os.ReadFile(f)
+			checkErr(t, f, data, err)
 			got := normalize(spec.Detail(err)) + "\n"
 			golden := strings.TrimSuffix(f, ".toml") + ".golden"
 			if *update {
@@ -123,7 +124,7 @@ func TestInlineErrors(t *testing.T) {
 			t.Errorf("%q: no error", in)
 			continue
 		}
-		checkErr(t, spec.InlineFile, err)
+		checkErr(t, spec.InlineFile, []byte(in), err)
 		if normalize(err.Error()) != want {
 			t.Errorf("%q:\n got %s\nwant %s", in, err, want)
 		}

@@ -41,6 +41,9 @@ Flags:
 	s, err := loadSpec(fl.Arg(0))
 	if err == nil && fl.NArg() == 2 {
 		err = s.CheckMountpoint(fl.Arg(1))
+		if err == nil {
+			err = mountpointDir(fl.Arg(1)) // what cairn mount refuses, check refuses
+		}
 	}
 	if err != nil {
 		return specFailed(stderr, fl.Arg(0), err)

@@ -5,10 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
+	"cairn/internal/mounttest"
 	"cairn/registry"
 	"cairn/spec"
 )
@@ -115,10 +118,10 @@ func TestSpecDocExamples(t *testing.T) {
 // TestTutorial runs docs/tutorial.md in a temporary directory: each
 // ```toml block whose first line is "# FILE" is written to FILE, and each
 // "$ command" of a ```console block is run and its output compared with the
-// lines shown under it. cairn check, explain and layers run for real;
-// cairn mount runs cairn check on its spec and mountpoint; mkdir makes
-// directories; other commands (cairn umount, ls, cat, echo) are shown only.
-// The directory appears as /home/you/demo in the outputs.
+// lines shown under it. cairn check, explain and layers run in the test;
+// cairn mount and umount run the cairn command (real FUSE mounts, checked
+// in /proc/self/mountinfo); other commands (mkdir, echo, ls, cat) run with
+// sh. The directory appears as /home/you/demo in the outputs.
 func TestTutorial(t *testing.T) {
 	const shown = "/home/you/demo"
 	mdPath, _ := filepath.Abs("../../docs/tutorial.md")
@@ -126,6 +129,7 @@ func TestTutorial(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mounttest.Binary(t) // built here: go build needs the module's directory
 	dir := t.TempDir()
 	t.Chdir(dir)
 	lines := strings.Split(string(md), "\n")
@@ -214,18 +218,14 @@ func runDocCommand(t *testing.T, line int, cmd string) (out string, run bool) {
 		t.Fatalf("tutorial.md:%d: cannot split %q: %v", line, cmd, err)
 	}
 	var b bytes.Buffer
-	switch {
-	case args[0] == "mkdir":
-		for _, d := range args[1:] {
-			if d != "-p" {
-				if err := os.MkdirAll(d, 0o755); err != nil {
-					t.Fatal(err)
-				}
-			}
+	if args[0] != "cairn" {
+		// The shell runs in the test's directory, never in a mount
+		// (the mounts are served by cairn processes anyway).
+		o, err := exec.Command("sh", "-c", cmd).CombinedOutput()
+		if err != nil {
+			t.Errorf("tutorial.md:%d: $ %s: %v\n%s", line, cmd, err, o)
 		}
-		return "", true
-	case args[0] != "cairn":
-		return "", false
+		return string(o), true
 	}
 	if len(args) < 2 {
 		t.Fatalf("tutorial.md:%d: cairn needs a command", line)
@@ -246,8 +246,27 @@ func runDocCommand(t *testing.T, line int, cmd string) (out string, run bool) {
 		}
 		if code := runCheck(append([]string{"-q"}, pos...), &b, &b); code != exitOK {
 			t.Errorf("tutorial.md:%d: the spec of %q does not check:\n%s", line, cmd, b.String())
+			return "", false
 		}
-		return "", false
+		mounttest.Need(t)
+		mnt, _ := filepath.Abs(pos[len(pos)-1])
+		out, code := mounttest.Run(t, args[1:]...)
+		t.Cleanup(func() {
+			if isMounted(mnt) {
+				syscall.Unmount(mnt, syscall.MNT_DETACH)
+			}
+		})
+		if code != exitOK || !isMounted(mnt) {
+			t.Errorf("tutorial.md:%d: $ %s: exit %d, mounted %v\n%s", line, cmd, code, isMounted(mnt), out)
+		}
+		return out, true
+	case "umount":
+		mnt, _ := filepath.Abs(args[len(args)-1])
+		out, code := mounttest.Run(t, args[1:]...)
+		if code != exitOK || isMounted(mnt) {
+			t.Errorf("tutorial.md:%d: $ %s: exit %d, still mounted %v\n%s", line, cmd, code, isMounted(mnt), out)
+		}
+		return out, true
 	default:
 		return "", false
 	}

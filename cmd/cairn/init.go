@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	"cairn/layer"
 	"cairn/layers/crypt"
@@ -22,32 +23,109 @@ func init() {
 
 // kdfFlags are the key-derivation choices of init and passwd.
 type kdfFlags struct {
+	fl            *flag.FlagSet
 	name          string
-	time, threads uint
+	time, threads uint64
 	memory        string
-	scryptN       int
+	scryptN       int64
 }
 
 func (k *kdfFlags) add(fl *flag.FlagSet) {
-	fl.StringVar(&k.name, "kdf", crypt.Argon2id, "key derivation from the passphrase: argon2id or scrypt")
-	fl.UintVar(&k.time, "argon2-time", 3, "argon2id passes")
-	fl.StringVar(&k.memory, "argon2-memory", "64MiB", "argon2id memory")
-	fl.UintVar(&k.threads, "argon2-threads", 4, "argon2id lanes")
-	fl.IntVar(&k.scryptN, "scrypt-n", 1<<16, "scrypt cost N (a power of two; r=8, p=1)")
+	d := crypt.DefaultKDF()
+	k.fl = fl
+	fl.StringVar(&k.name, "kdf", d.Name, "key derivation from the passphrase: argon2id or scrypt")
+	fl.Uint64Var(&k.time, "argon2-time", d.Time, fmt.Sprintf("argon2id passes (%d..%d)", crypt.Argon2MinTime, crypt.Argon2MaxTime))
+	fl.StringVar(&k.memory, "argon2-memory", "64MiB", fmt.Sprintf("argon2id memory (%dMiB..%dGiB)", crypt.Argon2MinMemoryKiB>>10, crypt.Argon2MaxMemoryKiB>>20))
+	fl.Uint64Var(&k.threads, "argon2-threads", d.Threads, fmt.Sprintf("argon2id lanes (%d..%d)", crypt.Argon2MinThreads, crypt.Argon2MaxThreads))
+	fl.Int64Var(&k.scryptN, "scrypt-n", 1<<16, fmt.Sprintf("scrypt cost N (a power of two, %d..%d; r=8, p=1)", crypt.ScryptMinN, crypt.ScryptMaxN))
 }
 
-func (k *kdfFlags) kdf() (crypt.KDF, error) {
-	switch k.name {
-	case crypt.Argon2id:
-		m, err := registry.ParseSize(k.memory)
-		if err != nil {
-			return crypt.KDF{}, usagef("--argon2-memory: %v", err)
+// given reports which of the KDF flags the command line set.
+func (k *kdfFlags) given() map[string]bool {
+	set := map[string]bool{}
+	k.fl.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "kdf", "argon2-time", "argon2-memory", "argon2-threads", "scrypt-n":
+			set[f.Name] = true
 		}
-		return crypt.KDF{Name: crypt.Argon2id, Time: uint32(k.time), MemoryKiB: uint32(m >> 10), Threads: uint8(k.threads)}, nil
-	case crypt.Scrypt:
-		return crypt.KDF{Name: crypt.Scrypt, N: k.scryptN, R: 8, P: 1}, nil
+	})
+	return set
+}
+
+// kdfFlagNames says which flag sets which field of the configuration.
+var kdfFlagNames = strings.NewReplacer("kdf.time", "--argon2-time", "kdf.memory_kib", "--argon2-memory (KiB)",
+	"kdf.threads", "--argon2-threads", "kdf.n", "--scrypt-n", "kdf.name", "--kdf")
+
+// kdf returns the settings the flags give, over base (the stored settings
+// of passwd, or the defaults): a flag that is not given keeps base's
+// value when the KDF stays the same. The values are range-checked as given
+// (nothing is converted to a narrower type before).
+func (k *kdfFlags) kdf(base crypt.KDF) (crypt.KDF, error) {
+	set := k.given()
+	out := base
+	if set["kdf"] && k.name != base.Name {
+		switch k.name {
+		case crypt.Argon2id:
+			out = crypt.DefaultKDF()
+		case crypt.Scrypt:
+			out = crypt.KDF{Name: crypt.Scrypt, N: 1 << 16, R: 8, P: 1}
+		default:
+			return crypt.KDF{}, usagef("--kdf must be argon2id or scrypt, not %q", k.name)
+		}
 	}
-	return crypt.KDF{}, usagef("--kdf must be argon2id or scrypt, not %q", k.name)
+	out.Salt = nil
+	switch out.Name {
+	case crypt.Argon2id:
+		if set["scrypt-n"] {
+			return crypt.KDF{}, usagef("--scrypt-n is for --kdf scrypt")
+		}
+		if set["argon2-time"] {
+			out.Time = k.time
+		}
+		if set["argon2-threads"] {
+			out.Threads = k.threads
+		}
+		if set["argon2-memory"] {
+			m, err := registry.ParseSize(k.memory)
+			if err != nil {
+				return crypt.KDF{}, usagef("--argon2-memory: %v", err)
+			}
+			out.MemoryKiB = uint64(m) >> 10
+		}
+	case crypt.Scrypt:
+		if set["argon2-time"] || set["argon2-threads"] || set["argon2-memory"] {
+			return crypt.KDF{}, usagef("the --argon2-* flags are for --kdf argon2id")
+		}
+		if set["scrypt-n"] {
+			if k.scryptN < 0 || k.scryptN > 1<<40 {
+				return crypt.KDF{}, usagef("--scrypt-n %d is out of range (allowed %d..%d)", k.scryptN, crypt.ScryptMinN, crypt.ScryptMaxN)
+			}
+			out.N = int(k.scryptN)
+		}
+	}
+	if err := out.Check(); err != nil {
+		return crypt.KDF{}, usagef("%s", kdfFlagNames.Replace(strings.ReplaceAll(err.Error(), "\n", "; ")))
+	}
+	return out, nil
+}
+
+// weaker says how the new settings cost an attacker less than the old
+// ones (empty if they do not).
+func weaker(old, new crypt.KDF) string {
+	if old.Name != new.Name {
+		return ""
+	}
+	var w []string
+	less := func(what string, a, b uint64) {
+		if b < a {
+			w = append(w, fmt.Sprintf("%s %d -> %d", what, a, b))
+		}
+	}
+	less("passes", old.Time, new.Time)
+	less("memory KiB", old.MemoryKiB, new.MemoryKiB)
+	less("N", uint64(old.N), uint64(new.N))
+	less("r", uint64(old.R), uint64(new.R))
+	return strings.Join(w, ", ")
 }
 
 // cryptLayer finds the crypt layer of a spec (the one named, or the only
@@ -88,7 +166,7 @@ func runInit(args []string) int {
 	layerName := fl.String("layer", "", "the crypt layer to initialise (needed when the spec has several)")
 	passfile := fl.String("passfile", "", "read the passphrase from this file (default: the layer's passfile, else ask twice)")
 	extpass := fl.String("extpass", "", "run this command for the passphrase (default: the layer's extpass)")
-	cipher := fl.String("cipher", crypt.AES256GCM, "content cipher: aes-256-gcm, or xchacha20-poly1305 for machines without AES instructions")
+	cipher := fl.String("cipher", crypt.XChaCha20Poly1305, "cipher of contents, symlink targets and xattr values: xchacha20-poly1305 (192-bit random nonces: no limit on writes), or aes-256-gcm (faster with AES instructions; random 96-bit nonces: at most 2^32 block writes per file and 2^32 symlinks and xattr writes per volume, docs/crypt.md)")
 	blockSize := fl.String("block-size", "4KiB", "plaintext bytes per encrypted block")
 	printKey := fl.Bool("print-master-key", false, "print the master key once, for recovery (keep it safe: it opens the data without the passphrase)")
 	fl.Usage = func() {
@@ -109,7 +187,7 @@ Flags:
 		fl.Usage()
 		return fail(usagef("init needs SPEC"), exitUsage)
 	}
-	kdf, err := k.kdf()
+	kdf, err := k.kdf(crypt.DefaultKDF())
 	if err != nil {
 		return fail(err, exitUsage)
 	}
@@ -127,6 +205,7 @@ Flags:
 	if err != nil {
 		return fail(err, exitFailed)
 	}
+	defer clear(pass)
 	master, err := crypt.Init(context.Background(), lower, crypt.InitParams{Cipher: *cipher, BlockSize: int(bs), KDF: kdf}, pass)
 	if err != nil {
 		return fail(fmt.Errorf("init: %v", err), exitFailed)
@@ -163,8 +242,9 @@ func runPasswd(args []string) int {
 	fl.Usage = func() {
 		fmt.Fprintf(fl.Output(), `Usage: cairn passwd [flags] SPEC
 
-Wraps the master key of SPEC's crypt layer with a new passphrase (and new
-key-derivation parameters). The data is not re-encrypted. Unmount first.
+Wraps the master key of SPEC's crypt layer with a new passphrase. The stored
+key-derivation settings are kept unless a flag changes them (a flag that makes
+them cheaper to attack is noted). The data is not re-encrypted. Unmount first.
 
 Flags:
 `)
@@ -177,15 +257,27 @@ Flags:
 		fl.Usage()
 		return fail(usagef("passwd needs SPEC"), exitUsage)
 	}
-	kdf, err := k.kdf()
-	if err != nil {
-		return fail(err, exitUsage)
-	}
 	l, lower, done, err := cryptLayer(fl.Arg(0), *layerName)
 	if err != nil {
 		return fail(err, exitSpec)
 	}
 	defer done()
+	// The stored settings stay unless a flag changes them.
+	var kdf crypt.KDF
+	if len(k.given()) > 0 {
+		cfg, err := crypt.ReadConfig(context.Background(), lower)
+		if err != nil {
+			return fail(fmt.Errorf("passwd: %v", err), exitFailed)
+		}
+		if kdf, err = k.kdf(cfg.KDF); err != nil {
+			return fail(err, exitUsage)
+		}
+		if w := weaker(cfg.KDF, kdf); w != "" {
+			fmt.Fprintf(os.Stderr, "cairn: passwd: note: the new key derivation is cheaper to attack than the old one (%s)\n", w)
+		} else if cfg.KDF.Name != kdf.Name {
+			fmt.Fprintf(os.Stderr, "cairn: passwd: note: the key derivation changes from %s to %s\n", cfg.KDF.Name, kdf.Name)
+		}
+	}
 	what := "current passphrase"
 	if *byKey {
 		what = "master key"
@@ -195,6 +287,7 @@ Flags:
 	if err != nil {
 		return fail(err, exitFailed)
 	}
+	defer clear(old)
 	var master []byte
 	if *byKey {
 		if master, err = crypt.ParseMasterKey(string(old)); err != nil {
@@ -205,6 +298,7 @@ Flags:
 	if err != nil {
 		return fail(err, exitFailed)
 	}
+	defer clear(pass)
 	if err := crypt.ChangePassphrase(context.Background(), lower, old, master, pass, kdf); err != nil {
 		return fail(fmt.Errorf("passwd: %v", err), exitFailed)
 	}

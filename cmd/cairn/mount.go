@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,9 +14,12 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"cairn/fusefs"
 	"cairn/layer"
@@ -98,8 +102,8 @@ Flags:
 	if err != nil {
 		return fail(err, exitUsage)
 	}
-	if fi, err := os.Stat(mountpoint); err != nil || !fi.IsDir() {
-		return fail(fmt.Errorf("mountpoint %s is not a directory; create it first (mkdir -p %s)", mountpoint, mountpoint), exitMount)
+	if err := mountpointDir(mountpoint); err != nil {
+		return fail(err, exitMount)
 	}
 
 	readyFd := os.Getenv(daemonEnv)
@@ -131,6 +135,12 @@ Flags:
 			ready.Close()
 			ready = nil
 		}
+	}
+
+	// Held until this process exits, after the stack is closed (its data
+	// flushed): 'cairn umount' waits for it.
+	if hold := holdMountpoint(mountpoint, logger); hold != nil {
+		defer hold.Close()
 	}
 
 	var secrets map[string][]byte
@@ -200,6 +210,15 @@ Flags:
 	srv.Wait()
 	logger.Info("unmounted", "mountpoint", mountpoint)
 	return exitOK
+}
+
+// mountpointDir reports a mountpoint that is not a directory (cairn check
+// with a MOUNTPOINT says so too).
+func mountpointDir(mp string) error {
+	if fi, err := os.Stat(mp); err != nil || !fi.IsDir() {
+		return fmt.Errorf("mountpoint %s is not a directory; create it first (mkdir -p %s)", mp, mp)
+	}
+	return nil
 }
 
 // hangup serves SIGHUP: layers reopen their own files (logs, after
@@ -366,7 +385,6 @@ func daemonize(args []string, secrets map[string][]byte) int {
 		if err != nil {
 			return fail(err, exitFailed)
 		}
-		defer sr.Close()
 		sw = w2
 		cmd.ExtraFiles = append(cmd.ExtraFiles, sr)
 		cmd.Env = append(cmd.Env, secretEnv+"=4")
@@ -376,25 +394,52 @@ func daemonize(args []string, secrets map[string][]byte) int {
 		return fail(fmt.Errorf("cannot start the background process: %w", err), exitFailed)
 	}
 	w.Close()
-	if sw != nil {
-		json.NewEncoder(sw).Encode(secrets)
-		sw.Close()
-	}
 	devnull.Close()
-	line, err := bufio.NewReader(r).ReadString('\n')
-	line = strings.TrimSpace(line)
-	if line == "ok" {
+	for _, f := range cmd.ExtraFiles[1:] {
+		f.Close() // the child's end of the secrets pipe: a child that dies unread must not block the writer
+	}
+	if sw != nil {
+		// Written while the report is read: neither side waits for the other.
+		go func() {
+			json.NewEncoder(sw).Encode(secrets)
+			sw.Close()
+		}()
+	}
+	return awaitReady(cmd, r)
+}
+
+// maxReport bounds how much of the background process's report is kept.
+const maxReport = 1 << 20
+
+// awaitReady reads the background process's report on r: "ok" when the
+// mount is ready, else "spec: ..." or "mount: ..." and the message, which may
+// be long and hold several lines. All of it is read before the process is
+// waited for: a process blocked writing a long message into a full pipe
+// would otherwise never exit.
+func awaitReady(cmd *exec.Cmd, r io.ReadCloser) int {
+	defer r.Close()
+	br := bufio.NewReader(r)
+	line, err := br.ReadString('\n')
+	if strings.TrimSpace(line) == "ok" {
 		cmd.Process.Release()
 		return exitOK
 	}
+	var rest bytes.Buffer
+	if err == nil {
+		_, err = io.Copy(&rest, io.LimitReader(br, maxReport))
+		if n, _ := io.Copy(io.Discard, br); n > 0 {
+			fmt.Fprintf(&rest, "\n... (%d more bytes)", n)
+		}
+	}
 	state, _ := cmd.Process.Wait()
-	if line == "" {
+	report := strings.TrimSpace(line + rest.String())
+	if report == "" {
 		if err == nil || err == io.EOF {
 			err = fmt.Errorf("exited with %v before the mount was ready", state)
 		}
 		return fail(fmt.Errorf("the background process failed: %v", err), exitMount)
 	}
-	kind, msg, _ := strings.Cut(line, ": ")
+	kind, msg, _ := strings.Cut(report, ": ")
 	if kind == "spec" {
 		return fail(errors.New(msg), exitSpec)
 	}
@@ -403,9 +448,18 @@ func daemonize(args []string, secrets map[string][]byte) int {
 
 func runUmount(args []string) int {
 	fl := flag.NewFlagSet("umount", flag.ContinueOnError)
-	lazy := fl.Bool("z", false, "lazy: detach now, finish when the files in use are closed")
+	lazy := fl.Bool("z", false, "lazy: detach now, finish when the files in use are closed (does not wait)")
+	timeout := fl.Duration("timeout", time.Minute, "how long to wait for the process that served the mount to finish")
 	fl.Usage = func() {
-		fmt.Fprintf(fl.Output(), "Usage: cairn umount [-z] MOUNTPOINT\n\nUnmounts a cairn mount; its background process then exits.\n\nFlags:\n")
+		fmt.Fprintf(fl.Output(), `Usage: cairn umount [-z] [-timeout D] MOUNTPOINT
+
+Unmounts a cairn mount and waits until the process that served it has
+written out its data and exited, so that the next command (cairn fsck, a
+new mount) can run at once. Exits 1 if that takes longer than -timeout
+(the mount is gone by then; the process is still finishing).
+
+Flags:
+`)
 		fl.PrintDefaults()
 	}
 	if code, ok := parseArgs(fl, args); !ok {
@@ -425,5 +479,86 @@ func runUmount(args []string) int {
 		}
 		return fail(fmt.Errorf("umount %s: %v%s", mp, err, hint), exitFailed)
 	}
+	if *lazy {
+		return exitOK
+	}
+	if err := waitServer(mp, *timeout); err != nil {
+		return fail(err, exitFailed)
+	}
 	return exitOK
+}
+
+// holdMountpoint locks the directory a mount will cover (before it is
+// mounted) for as long as this process lives: 'cairn umount' takes the
+// same lock once the mount is gone, and so returns only when the process
+// that served it has closed its stack and exited. A directory that cannot
+// be locked only means umount will not wait.
+func holdMountpoint(mountpoint string, logger *slog.Logger) *os.File {
+	f, err := os.Open(mountpoint)
+	if err != nil {
+		logger.Warn("cannot open the mountpoint to lock it; cairn umount will not wait for this process", "err", err)
+		return nil
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		// Another cairn process that served this mountpoint is still
+		// finishing (after umount -z); this one goes ahead.
+		logger.Warn("the mountpoint is locked by another process; cairn umount will not wait for this one", "err", err)
+		f.Close()
+		return nil
+	}
+	return f
+}
+
+// waitServer waits, after an unmount, until no process holds the lock that
+// holdMountpoint takes on the directory under the mount.
+// (Nothing under the mount is looked at before it is gone: a server that
+// does not answer must not hang umount.)
+func waitServer(mp string, timeout time.Duration) error {
+	f, err := os.Open(mp)
+	if err != nil {
+		return nil // nothing to wait on (a mountpoint we may not read)
+	}
+	defer f.Close()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB)
+		if err == nil {
+			syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+			return nil
+		}
+		if err != syscall.EWOULDBLOCK && err != syscall.EINTR {
+			return nil // a file system without locks: nothing to wait on
+		}
+		if time.Now().After(deadline) {
+			who := "the process that served it"
+			if pid := lockHolder(f); pid > 0 {
+				who = fmt.Sprintf("%s (pid %d)", who, pid)
+			}
+			return fmt.Errorf("umount %s: unmounted, but %s is still writing out its data after %v; wait for it to exit before running cairn fsck or mounting the stack again", mp, who, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// lockHolder finds in /proc/locks the process that holds a flock on f's
+// inode (0 if none is found).
+func lockHolder(f *os.File) int {
+	var st syscall.Stat_t
+	if syscall.Fstat(int(f.Fd()), &st) != nil {
+		return 0
+	}
+	id := fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+	b, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		fl := strings.Fields(l)
+		// 1: FLOCK  ADVISORY  WRITE 1234 00:2d:5678 0 EOF
+		if len(fl) >= 6 && fl[1] == "FLOCK" && fl[5] == id {
+			pid, _ := strconv.Atoi(fl[4])
+			return pid
+		}
+	}
+	return 0
 }

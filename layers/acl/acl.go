@@ -9,9 +9,15 @@
 // How the rules hold whatever route is taken to a file:
 //   - symbolic links are followed by the kernel, so the layer sees, and
 //     judges, the path they lead to;
+//   - a rename is judged as a rename of both names, a delete of the old
+//     one, a create of the new one and a write of a file it replaces;
 //   - a rename or a hard link that would give its caller an access the
 //     object did not have under its old name fails with EXDEV (mv then
 //     copies and deletes, operations that are checked one by one);
+//   - a program that may not be read may not be executed either, unless a
+//     rule allows exec by name (its memory would give it away);
+//   - procs rules match the file the kernel executed (/proc/PID/exe), not
+//     the name a process gives itself;
 //   - open files are judged at open, as POSIX permissions are, and by the
 //     identity that opened them; mmap works on open files;
 //   - when the rules may change while mounted (reload = true, SIGHUP), files
@@ -21,8 +27,8 @@
 //     change loses what the new rules take away (pages already in the
 //     kernel's cache stay readable).
 //
-// Size (Go lines without tests, comments and blank lines): 321 (acl.go,
-// rules.go, register.go); docs/snoop-acl.md compares it with FiST's Aclfs
+// Size (Go lines without tests, comments and blank lines): 498 (acl.go,
+// rules.go, procexe.go, register.go); docs/snoop-acl.md compares it with FiST's Aclfs
 // and explains the choices above at length.
 package acl
 
@@ -53,6 +59,9 @@ type FS struct {
 func New(lower layer.FS, rules *Rules, reload, logDenials bool) *FS {
 	fs := &FS{reload: reload, log: logDenials}
 	fs.Lower, fs.Hook, fs.NoPassthrough = lower, fs, reload
+	if err := rules.Resolve(); err != nil {
+		slog.Warn("acl: rules that name a program that cannot be found match no one", "err", err)
+	}
 	fs.rules.Store(rules)
 	return fs
 }
@@ -72,7 +81,7 @@ func (fs *FS) ReloadRules(r registry.Rules) error {
 
 // Before judges the operation.
 func (fs *FS) Before(ctx context.Context, op *layer.Op) error {
-	c := layer.CallerOf(ctx)
+	c := &who{Caller: layer.CallerOf(ctx)}
 	rs := fs.rules.Load()
 	var classes Class
 	path := op.Path
@@ -103,10 +112,21 @@ func (fs *FS) Before(ctx context.Context, op *layer.Op) error {
 		}
 		return fs.gain(rs, c, op, op.Path, op.Path2, func() bool { return false })
 	case "rename":
-		if err := fs.check(rs, c, op, Rename, op.Path); err != nil {
+		// A rename is a removal from the source directory and a creation
+		// in the target one; replacing a file is also a write of it. With
+		// RENAME_EXCHANGE each name is both.
+		from, to := Rename|Delete, Rename|Create
+		if op.Flags&unix.RENAME_EXCHANGE != 0 {
+			from, to = Rename|Delete|Create|Write, Rename|Delete|Create|Write
+		} else if op.Flags&unix.RENAME_NOREPLACE == 0 {
+			if _, err := fs.Lower.Getattr(ctx, op.Path2); err == nil {
+				to |= Write
+			}
+		}
+		if err := fs.check(rs, c, op, from, op.Path); err != nil {
 			return err
 		}
-		if err := fs.check(rs, c, op, Rename, op.Path2); err != nil {
+		if err := fs.check(rs, c, op, to, op.Path2); err != nil {
 			return err
 		}
 		isDir := func(p string) func() bool {
@@ -123,7 +143,7 @@ func (fs *FS) Before(ctx context.Context, op *layer.Op) error {
 		if !fs.reload {
 			return nil // judged at open; the rules cannot change
 		}
-		c = op.Opener // mmap pages are written back by "uid 0"
+		c = &who{Caller: op.Opener} // mmap pages are written back by "uid 0"
 		classes = Write
 		if op.Name == "read" {
 			classes = Read
@@ -141,12 +161,12 @@ func (fs *FS) Before(ctx context.Context, op *layer.Op) error {
 // After does nothing: denials are logged by check.
 func (fs *FS) After(context.Context, *layer.Op) {}
 
-func (fs *FS) check(rs *Rules, c *layer.Caller, op *layer.Op, classes Class, path string) error {
+func (fs *FS) check(rs *Rules, c *who, op *layer.Op, classes Class, path string) error {
 	for k := Class(1); k != 0 && k <= classes; k <<= 1 {
 		if classes&k == 0 {
 			continue
 		}
-		if allow, r := rs.Decide(c, k, path); !allow {
+		if allow, r := rs.decide(c, k, path); !allow {
 			err := syscall.EACCES
 			if k == Setattr {
 				err = syscall.EPERM
@@ -160,15 +180,15 @@ func (fs *FS) check(rs *Rules, c *layer.Caller, op *layer.Op, classes Class, pat
 
 // gain refuses, with EXDEV, a rename or link after which the caller could do
 // what it cannot do under the old name.
-func (fs *FS) gain(rs *Rules, c *layer.Caller, op *layer.Op, from, to string, dir func() bool) error {
-	if rs.Gains(c, from, to, dir) {
+func (fs *FS) gain(rs *Rules, c *who, op *layer.Op, from, to string, dir func() bool) error {
+	if rs.gains(c, from, to, dir) {
 		fs.denied(c, op, 0, to, "a new name with other rules", syscall.EXDEV)
 		return syscall.EXDEV
 	}
 	return nil
 }
 
-func (fs *FS) denied(c *layer.Caller, op *layer.Op, k Class, path, rule string, err error) {
+func (fs *FS) denied(c *who, op *layer.Op, k Class, path, rule string, err error) {
 	if fs.log {
 		slog.Warn("acl: denied", "op", op.Name, "class", k.String(), "path", path, "uid", c.Uid, "gid", c.Gid,
 			"pid", c.Pid, "comm", c.Comm(), "rule", rule, "errno", err.(syscall.Errno).Error())

@@ -60,7 +60,8 @@ func TestRulesThroughMount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fs := acl.New(l, &acl.Rules{Default: true, List: []acl.Rule{
+	c := mounttest.CountIO(l) // the reads and writes that reach the daemon
+	fs := acl.New(c, &acl.Rules{Default: true, List: []acl.Rule{
 		{Uids: []uint32{1002}, Ops: acl.Read, Paths: set(t, "secret/")},
 		{Gids: []uint32{1003}, Ops: acl.Write, Paths: set(t, "docs/")},
 		{Uids: []uint32{1001}, Ops: acl.Create, Paths: set(t, "ro/")},
@@ -75,6 +76,11 @@ func TestRulesThroughMount(t *testing.T) {
 	if !m.Server.Passthrough {
 		t.Fatal("acl with fixed rules turned passthrough off")
 	}
+	defer func() {
+		if c.Reads.Load() != 0 || c.Writes.Load() != 0 {
+			t.Errorf("acl with fixed rules: %d reads and %d writes reached the daemon instead of passthrough", c.Reads.Load(), c.Writes.Load())
+		}
+	}()
 
 	type step struct {
 		who    mounttest.User

@@ -7,12 +7,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -44,6 +46,9 @@ func helper() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// One thread: "comm" renames the thread (prctl), and the requests
+	// that follow must come from it.
+	runtime.LockOSThread()
 	var f *os.File
 	var mem []byte
 	in := bufio.NewScanner(os.Stdin)
@@ -71,6 +76,17 @@ func helper() {
 			err = mset(mem[arg(1):], w[2])
 		case "msync":
 			err = unix.Msync(mem, unix.MS_SYNC)
+		case "comm": // comm NAME: the process name, as prctl(PR_SET_NAME) sets it
+			b := append([]byte(w[1]), 0)
+			err = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&b[0])), 0, 0, 0)
+		case "cat": // cat PATH: open, read all, close
+			var b []byte
+			b, err = os.ReadFile(w[1])
+			out = strings.TrimSpace(string(b))
+		case "pid":
+			out = strconv.Itoa(os.Getpid())
+		case "rename2": // rename2 FROM TO FLAGS (renameat2)
+			err = unix.Renameat2(unix.AT_FDCWD, w[1], unix.AT_FDCWD, w[2], uint(arg(3)))
 		}
 		if e, ok := err.(*os.PathError); ok {
 			err = e.Err

@@ -180,3 +180,29 @@ func BenchmarkDecide20(b *testing.B) {
 		rs.Decide(c, Read, "src/lib/regex.c")
 	}
 }
+
+// TestReadImpliesExec: an execution allowed by the default or by a rule
+// that does not name exec is refused where reading is refused.
+func TestReadImpliesExec(t *testing.T) {
+	rs := &Rules{Default: true, List: []Rule{
+		{Allow: false, Ops: Read, Paths: set(t, "hidden", "runnable", "all"), Where: "no read"},
+		{Allow: true, Ops: Exec, Paths: set(t, "runnable"), Where: "exec by name"},
+		{Allow: true, Paths: set(t, "all"), Where: "every class"},
+	}}
+	c := &layer.Caller{Uid: 1001}
+	for path, want := range map[string]bool{"hidden": false, "runnable": true, "all": false, "open": true} {
+		if got, r := rs.Decide(c, Exec, path); got != want {
+			t.Errorf("exec %s: %v by %s, want %v", path, got, r, want)
+		}
+	}
+	// Default deny: exec only where a rule names it.
+	rs2 := &Rules{Default: false, List: []Rule{
+		{Allow: true, Ops: Exec, Paths: set(t, "runnable"), Where: "exec by name"},
+		{Allow: true, Ops: Read | Exec, Paths: set(t, "both"), Where: "read and exec"},
+	}}
+	for path, want := range map[string]bool{"runnable": true, "both": true, "other": false} {
+		if got, r := rs2.Decide(c, Exec, path); got != want {
+			t.Errorf("exec %s (default deny): %v by %s, want %v", path, got, r, want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package crypt
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -64,7 +65,7 @@ func (e *cmdEnv) mountpoint() string {
 func TestCommands(t *testing.T) {
 	e := newCmdEnv(t)
 	good := e.spec("good", "first passphrase", "")
-	fast := []string{"--kdf", "scrypt", "--scrypt-n", "1024"}
+	fast := []string{"--kdf", "scrypt", "--scrypt-n", "32768"}
 
 	// A missing configuration says where it was expected.
 	mp := e.mountpoint()
@@ -176,5 +177,56 @@ func waitUnmounted(t *testing.T, mp string) {
 	if isMounted(mp) {
 		syscall.Unmount(mp, syscall.MNT_DETACH)
 		t.Fatalf("%s still mounted", mp)
+	}
+}
+
+// TestPasswdKeepsKDF: cairn passwd keeps the stored key-derivation settings
+// unless a flag changes them, says so when a change makes them cheaper to
+// attack, and init and passwd refuse out-of-range flags with the range.
+func TestPasswdKeepsKDF(t *testing.T) {
+	e := newCmdEnv(t)
+	sp := e.spec("s", "first passphrase", "")
+	cfgPath := filepath.Join(e.lower, ConfigName)
+	kdf := func() KDF {
+		var c Config
+		if err := json.Unmarshal([]byte(mustRead(t, cfgPath)), &c); err != nil {
+			t.Fatal(err)
+		}
+		return c.KDF
+	}
+	if out, code := e.run("init", "--argon2-threads", "260", sp); code != 2 || !strings.Contains(out, "--argon2-threads = 260 is out of range (allowed 1..64)") {
+		t.Fatalf("init --argon2-threads 260: %d %s", code, out)
+	}
+	if out, code := e.run("init", "--kdf", "scrypt", "--scrypt-n", "1024", sp); code != 2 || !strings.Contains(out, "--scrypt-n = 1024 is out of range (allowed 32768..4194304)") {
+		t.Fatalf("init --scrypt-n 1024: %d %s", code, out)
+	}
+	if out, code := e.run("init", "--argon2-time", "4", "--argon2-memory", "20MiB", "--argon2-threads", "2", sp); code != 0 {
+		t.Fatalf("init: %d %s", code, out)
+	}
+	want := kdf()
+	if want.Time != 4 || want.MemoryKiB != 20<<10 || want.Threads != 2 {
+		t.Fatalf("init stored %+v", want)
+	}
+	second := filepath.Join(e.dir, "second")
+	os.WriteFile(second, []byte("second passphrase\n"), 0o600)
+	if out, code := e.run("passwd", "--new-passfile", second, sp); code != 0 || strings.Contains(out, "note") {
+		t.Fatalf("passwd: %d %s", code, out)
+	}
+	if got := kdf(); got.Name != want.Name || got.Time != want.Time || got.MemoryKiB != want.MemoryKiB || got.Threads != want.Threads {
+		t.Fatalf("passwd without KDF flags changed the settings: %+v -> %+v", want, got)
+	}
+	before := mustRead(t, cfgPath)
+	if out, code := e.run("passwd", "--passfile", second, "--new-passfile", second, "--argon2-threads", "260", sp); code != 2 || !strings.Contains(out, "(allowed 1..64)") {
+		t.Fatalf("passwd --argon2-threads 260: %d %s", code, out)
+	}
+	if mustRead(t, cfgPath) != before {
+		t.Fatal("a refused passwd changed the configuration")
+	}
+	out, code := e.run("passwd", "--passfile", second, "--new-passfile", second, "--argon2-time", "2", sp)
+	if code != 0 || !strings.Contains(out, "cheaper to attack") || !strings.Contains(out, "passes 4 -> 2") {
+		t.Fatalf("passwd --argon2-time 2: %d %s", code, out)
+	}
+	if got := kdf(); got.Time != 2 || got.MemoryKiB != 20<<10 || got.Threads != 2 {
+		t.Fatalf("passwd --argon2-time 2 stored %+v", got)
 	}
 }

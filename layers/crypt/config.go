@@ -60,9 +60,9 @@ type KDF struct {
 	Name string `json:"name"`
 	Salt []byte `json:"salt"`
 	// Argon2id
-	Time      uint32 `json:"time,omitempty"`
-	MemoryKiB uint32 `json:"memory_kib,omitempty"`
-	Threads   uint8  `json:"threads,omitempty"`
+	Time      uint64 `json:"time,omitempty"`
+	MemoryKiB uint64 `json:"memory_kib,omitempty"`
+	Threads   uint64 `json:"threads,omitempty"`
 	// scrypt
 	N int `json:"n,omitempty"`
 	R int `json:"r,omitempty"`
@@ -72,23 +72,106 @@ type KDF struct {
 // DefaultKDF is Argon2id with RFC 9106's second recommended parameters.
 func DefaultKDF() KDF { return KDF{Name: Argon2id, Time: 3, MemoryKiB: 64 << 10, Threads: 4} }
 
-func (k *KDF) check() error {
-	switch k.Name {
-	case Argon2id:
-		if k.Time < 1 || k.MemoryKiB < 8*uint32(max(k.Threads, 1)) || k.Threads < 1 || k.MemoryKiB > 4<<20 {
-			return fmt.Errorf("argon2id parameters out of range (time %d, memory %d KiB, threads %d)", k.Time, k.MemoryKiB, k.Threads)
-		}
-	case Scrypt:
-		if k.N < 2 || k.N&(k.N-1) != 0 || k.R < 1 || k.P < 1 || k.N > 1<<24 || k.R*k.P >= 1<<30 {
-			return fmt.Errorf("scrypt parameters out of range (N %d, r %d, p %d)", k.N, k.R, k.P)
-		}
-	default:
-		return fmt.Errorf("unknown key derivation %q (want %s or %s)", k.Name, Argon2id, Scrypt)
+// The bounds of every key-derivation parameter. A configuration (which
+// anyone who can write the lower directory can change) is refused outside
+// the maximums, so that it cannot make the mount allocate or compute without
+// bound; cairn init and passwd also refuse settings below the minimums (an
+// existing volume made with weaker settings still opens).
+const (
+	Argon2MinTime, Argon2MaxTime           = 2, 64
+	Argon2MinMemoryKiB, Argon2MaxMemoryKiB = 19 << 10, 4 << 20 // 19 MiB (OWASP's floor) .. 4 GiB
+	Argon2MinThreads, Argon2MaxThreads     = 1, 64
+	ScryptMinN, ScryptMaxN                 = 1 << 15, 1 << 22
+	ScryptMinR, ScryptMaxR                 = 8, 32
+	ScryptMinP, ScryptMaxP                 = 1, 16
+	scryptMaxMemory                        = 4 << 30 // 128·N·r bytes
+)
+
+// RangeError is a key-derivation parameter out of its allowed range.
+type RangeError struct {
+	Field    string // as in the configuration file: "kdf.time"
+	Value    uint64
+	Min, Max uint64
+	Why      string // more than the range, if any
+}
+
+func (e *RangeError) Error() string {
+	if e.Why != "" {
+		return fmt.Sprintf("%s = %d: %s", e.Field, e.Value, e.Why)
 	}
-	if len(k.Salt) < 16 {
-		return errors.New("KDF salt too short")
+	return fmt.Sprintf("%s = %d is out of range (allowed %d..%d)", e.Field, e.Value, e.Min, e.Max)
+}
+
+func inRange(field string, v, lo, hi uint64) error {
+	if v < lo || v > hi {
+		return &RangeError{Field: field, Value: v, Min: lo, Max: hi}
 	}
 	return nil
+}
+
+// Check reports whether the settings are within the bounds allowed for a
+// new volume or passphrase (minimums and maximums), naming each field out
+// of range with its allowed range.
+// The salt is not checked (it is drawn when the settings are used).
+func (k KDF) Check() error {
+	k.Salt = make([]byte, 32)
+	return k.checkBounds(true)
+}
+
+// check enforces the maximums (and what the KDF itself needs).
+func (k *KDF) check() error { return k.checkBounds(false) }
+
+// checkStrength enforces the minimums too: for new settings.
+func (k KDF) checkStrength() error {
+	k.Salt = make([]byte, 32)
+	return k.checkBounds(!weakKDFOK)
+}
+
+// weakKDFOK lets this package's tests make volumes quickly.
+var weakKDFOK = false
+
+func (k *KDF) checkBounds(strong bool) error {
+	lo := func(min, floor uint64) uint64 {
+		if strong {
+			return min
+		}
+		return floor
+	}
+	var errs []error
+	switch k.Name {
+	case Argon2id:
+		if k.N != 0 || k.R != 0 || k.P != 0 {
+			errs = append(errs, errors.New("kdf: argon2id takes time, memory_kib and threads, not n, r, p"))
+		}
+		errs = append(errs,
+			inRange("kdf.time", uint64(k.Time), lo(Argon2MinTime, 1), Argon2MaxTime),
+			inRange("kdf.threads", uint64(k.Threads), lo(Argon2MinThreads, 1), Argon2MaxThreads),
+			inRange("kdf.memory_kib", uint64(k.MemoryKiB), lo(Argon2MinMemoryKiB, 8*uint64(max(k.Threads, 1))), Argon2MaxMemoryKiB))
+	case Scrypt:
+		if k.Time != 0 || k.MemoryKiB != 0 || k.Threads != 0 {
+			errs = append(errs, errors.New("kdf: scrypt takes n, r and p, not time, memory_kib, threads"))
+		}
+		if k.N < 0 || k.R < 0 || k.P < 0 {
+			errs = append(errs, errors.New("kdf: n, r and p cannot be negative"))
+			break
+		}
+		n, r, p := uint64(k.N), uint64(k.R), uint64(k.P)
+		errs = append(errs,
+			inRange("kdf.n", n, lo(ScryptMinN, 2), ScryptMaxN),
+			inRange("kdf.r", r, lo(ScryptMinR, 1), ScryptMaxR),
+			inRange("kdf.p", p, lo(ScryptMinP, 1), ScryptMaxP))
+		if n&(n-1) != 0 {
+			errs = append(errs, &RangeError{Field: "kdf.n", Value: n, Why: "not a power of two"})
+		} else if n <= ScryptMaxN && r <= ScryptMaxR && 128*n*r > scryptMaxMemory {
+			errs = append(errs, &RangeError{Field: "kdf.n", Value: n, Why: fmt.Sprintf("with r = %d needs %d MiB, more than the %d MiB allowed (128·n·r bytes)", r, 128*n*r>>20, scryptMaxMemory>>20)})
+		}
+	default:
+		return fmt.Errorf("kdf.name: unknown key derivation %q (want %s or %s)", k.Name, Argon2id, Scrypt)
+	}
+	if len(k.Salt) < 16 || len(k.Salt) > 64 {
+		errs = append(errs, fmt.Errorf("kdf.salt: %d bytes (allowed 16..64)", len(k.Salt)))
+	}
+	return errors.Join(errs...)
 }
 
 func (k *KDF) derive(pass []byte) ([]byte, error) {
@@ -96,7 +179,7 @@ func (k *KDF) derive(pass []byte) ([]byte, error) {
 		return nil, err
 	}
 	if k.Name == Argon2id {
-		return argon2.IDKey(pass, k.Salt, k.Time, k.MemoryKiB, k.Threads, 32), nil
+		return argon2.IDKey(pass, k.Salt, uint32(k.Time), uint32(k.MemoryKiB), uint8(k.Threads), 32), nil
 	}
 	return scrypt.Key(pass, k.Salt, k.N, k.R, k.P, 32)
 }
@@ -150,8 +233,11 @@ func (c *Config) wrap(master, pass []byte) error {
 		return err
 	}
 	a := newAEAD(AES256GCM, kek)
+	clear(kek)
 	nonce := make([]byte, a.NonceSize())
-	rand.Read(nonce)
+	if _, err := io.ReadFull(rand.Reader, nonce); err != nil {
+		return fmt.Errorf("the random source failed: %w", err)
+	}
 	c.WrappedKey = a.Seal(nonce, nonce, master, c.params())
 	c.KeyCheck = c.keyCheck(master)
 	return nil
@@ -167,6 +253,7 @@ func (c *Config) Unwrap(pass []byte) ([]byte, error) {
 		return nil, err
 	}
 	a := newAEAD(AES256GCM, kek)
+	clear(kek)
 	if len(c.WrappedKey) != a.NonceSize()+masterKeySize+a.Overhead() {
 		return nil, errors.New("the wrapped master key has the wrong size")
 	}
@@ -217,7 +304,7 @@ func ParseMasterKey(s string) ([]byte, error) {
 
 // InitParams are the choices made at cairn init.
 type InitParams struct {
-	Cipher    string // AES256GCM (default) or XChaCha20Poly1305
+	Cipher    string // XChaCha20Poly1305 (default) or AES256GCM
 	BlockSize int    // default 4096
 	KDF       KDF    // default DefaultKDF(); the salt is drawn here
 }
@@ -230,7 +317,7 @@ func Init(ctx context.Context, lower layer.FS, p InitParams, pass []byte) ([]byt
 		return nil, errors.New("empty passphrase")
 	}
 	if p.Cipher == "" {
-		p.Cipher = AES256GCM
+		p.Cipher = XChaCha20Poly1305
 	}
 	if p.BlockSize == 0 {
 		p.BlockSize = 4096
@@ -239,9 +326,14 @@ func Init(ctx context.Context, lower layer.FS, p InitParams, pass []byte) ([]byt
 		p.KDF = DefaultKDF()
 	}
 	p.KDF.Salt = make([]byte, 32)
-	rand.Read(p.KDF.Salt)
+	if _, err := io.ReadFull(rand.Reader, p.KDF.Salt); err != nil {
+		return nil, fmt.Errorf("the random source failed: %w", err)
+	}
 	c := &Config{Format: configFormat, Version: configVersion, Cipher: p.Cipher, BlockSize: p.BlockSize, KDF: p.KDF}
 	if err := c.check(); err != nil {
+		return nil, err
+	}
+	if err := c.KDF.checkStrength(); err != nil {
 		return nil, err
 	}
 	ents, err := lower.ReadDir(ctx, "", false)
@@ -257,12 +349,16 @@ func Init(ctx context.Context, lower layer.FS, p InitParams, pass []byte) ([]byt
 		return nil, fmt.Errorf("%s is not empty: initialise an empty directory", where(lower, ""))
 	}
 	master := make([]byte, masterKeySize)
-	rand.Read(master)
+	iv := make([]byte, dirIVSize)
+	if _, err := io.ReadFull(rand.Reader, master); err != nil {
+		return nil, fmt.Errorf("the random source failed: %w", err)
+	}
+	if _, err := io.ReadFull(rand.Reader, iv); err != nil {
+		return nil, fmt.Errorf("the random source failed: %w", err)
+	}
 	if err := c.wrap(master, pass); err != nil {
 		return nil, err
 	}
-	iv := make([]byte, dirIVSize)
-	rand.Read(iv)
 	if err := writeNew(ctx, lower, dirIVName, ivFile(subkey(master, "diriv", 32), iv), 0o444, true); err != nil {
 		return nil, err
 	}
@@ -274,26 +370,55 @@ func Init(ctx context.Context, lower layer.FS, p InitParams, pass []byte) ([]byt
 
 // ReadConfig reads the configuration file from the lower layer.
 func ReadConfig(ctx context.Context, lower layer.FS) (*Config, error) {
-	data, err := layer.ReadFile(ctx, lower, ConfigName)
+	data, err := readConfigFile(ctx, lower)
 	if errors.Is(err, syscall.ENOENT) {
 		return nil, fmt.Errorf("no crypt configuration: expected %s (run 'cairn init' to create it)", where(lower, ConfigName))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("cannot read %s: %w", where(lower, ConfigName), err)
 	}
+	c, err := parseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", where(lower, ConfigName), err)
+	}
+	return c, nil
+}
+
+// readConfigFile reads the configuration file, at most maxConfig+1 bytes
+// of it (a larger one is refused by parseConfig).
+func readConfigFile(ctx context.Context, lower layer.FS) ([]byte, error) {
+	f, err := lower.Open(ctx, ConfigName, unix.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Release(ctx)
+	b := make([]byte, maxConfig+1)
+	n, err := readFull(ctx, f, b, 0)
+	return b[:n], err
+}
+
+// maxConfig is the largest configuration file read.
+const maxConfig = 64 << 10
+
+// parseConfig decodes and checks a configuration file.
+func parseConfig(data []byte) (*Config, error) {
+	if len(data) > maxConfig {
+		return nil, fmt.Errorf("damaged: %d bytes, more than a configuration holds", len(data))
+	}
 	var c Config
 	if err := json.Unmarshal(data, &c); err != nil {
-		return nil, fmt.Errorf("%s is damaged: %v", where(lower, ConfigName), err)
+		return nil, fmt.Errorf("damaged: %v", err)
 	}
 	if err := c.check(); err != nil {
-		return nil, fmt.Errorf("%s: %v", where(lower, ConfigName), err)
+		return nil, errors.New(strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
 	return &c, nil
 }
 
 // ChangePassphrase re-wraps the master key (opened by old, or given as
 // master) with a new passphrase and, if kdf.Name is set, new KDF
-// parameters. The data is not touched.
+// parameters (which must meet the minimums); otherwise the stored ones are
+// kept. The data is not touched.
 func ChangePassphrase(ctx context.Context, lower layer.FS, old, master, pass []byte, kdf KDF) error {
 	if len(pass) == 0 {
 		return errors.New("empty new passphrase")
@@ -310,10 +435,15 @@ func ChangePassphrase(ctx context.Context, lower layer.FS, old, master, pass []b
 		return err
 	}
 	if kdf.Name != "" {
+		if err := kdf.checkStrength(); err != nil {
+			return err
+		}
 		c.KDF = kdf
 	}
 	c.KDF.Salt = make([]byte, 32)
-	rand.Read(c.KDF.Salt)
+	if _, err := io.ReadFull(rand.Reader, c.KDF.Salt); err != nil {
+		return fmt.Errorf("the random source failed: %w", err)
+	}
 	if err := c.wrap(master, pass); err != nil {
 		return err
 	}

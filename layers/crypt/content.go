@@ -28,6 +28,10 @@ import (
 const (
 	headerMagic   = "cairnc"
 	formatVersion = 1
+	// sparseVersion is the header version of a file that may have holes
+	// (docs/crypt.md): readers before it refuse such a file with a clear
+	// message instead of failing on its last block.
+	sparseVersion = 2
 	fileIDSize    = 16
 	headerSize    = len(headerMagic) + 2 + fileIDSize
 	tagSize       = 16
@@ -77,7 +81,14 @@ func (c *content) fileAEAD(id []byte) cipher.AEAD {
 	if err != nil {
 		panic(err)
 	}
-	return newAEAD(c.cipher, k)
+	return newAEADClear(c.cipher, k)
+}
+
+// newAEADClear is newAEAD, and clears the key (the cipher keeps its own
+// schedule).
+func newAEADClear(name string, key []byte) cipher.AEAD {
+	defer clear(key)
+	return newAEAD(name, key)
 }
 
 func newAEAD(name string, key []byte) cipher.AEAD {
@@ -100,59 +111,97 @@ func newAEAD(name string, key []byte) cipher.AEAD {
 	return a
 }
 
+// The mark, the last byte of a block's associated data: whether the block
+// is the file's last, and whether the file may have holes (said by its last
+// block only, so that it is authenticated).
+const (
+	markInner       = 0 // not the last block
+	markLast        = 1 // the last block of a file without holes
+	markLastSparse  = 2 // the last block of a file that may have holes
+	holesUnknown    = 0 // fileState.holes: not read yet
+	holesNone       = markLast
+	holesMaybe      = markLastSparse
+	lastMarkUnknown = 255
+)
+
 // aad is the associated data of a block.
-func aad(dst *[fileIDSize + 9]byte, id []byte, n uint64, last bool) []byte {
+func aad(dst *[fileIDSize + 9]byte, id []byte, n uint64, mark byte) []byte {
 	copy(dst[:fileIDSize], id)
 	binary.BigEndian.PutUint64(dst[fileIDSize:], n)
-	dst[fileIDSize+8] = 0
-	if last {
-		dst[fileIDSize+8] = 1
-	}
+	dst[fileIDSize+8] = mark
 	return dst[:]
 }
 
 // seal appends the sealed block n to dst; nonce is fresh randomness.
-func (c *content) seal(a cipher.AEAD, dst, nonce, plain, id []byte, n uint64, last bool) []byte {
+func (c *content) seal(a cipher.AEAD, dst, nonce, plain, id []byte, n uint64, mark byte) []byte {
 	var ad [fileIDSize + 9]byte
 	dst = append(dst, nonce...)
-	return a.Seal(dst, nonce, plain, aad(&ad, id, n, last))
+	return a.Seal(dst, nonce, plain, aad(&ad, id, n, mark))
 }
+
+// maxPlain is the largest plaintext size of the format: the lower size
+// must fit in an int64.
+func (c *content) maxPlain() int64 {
+	const maxLower = 1<<63 - 1
+	return (maxLower - int64(headerSize)) / int64(c.cbs) * int64(c.bs)
+}
+
+// isHole reports whether a sealed block is all zeros: what the lower reads
+// in a hole (no sealed block is all zeros but with probability 2^-128).
+func (c *content) isHole(sealed []byte) bool {
+	if len(sealed) != c.cbs {
+		return false
+	}
+	for _, b := range sealed {
+		if b != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// randErr is a failure of the random source: the operation fails (EIO
+// and a log line) rather than use a nonce, ID or IV that is not random.
+func randErr(err error) error { return fmt.Errorf("crypt: the random source failed: %w", err) }
 
 // errBlock is a block that does not authenticate.
 var errBlock = errors.New("block does not authenticate")
 
 // open appends the plaintext of the sealed block n to dst.
-func (c *content) open(a cipher.AEAD, dst, sealed, id []byte, n uint64, last bool) ([]byte, error) {
+func (c *content) open(a cipher.AEAD, dst, sealed, id []byte, n uint64, mark byte) ([]byte, error) {
 	if len(sealed) <= c.overhead() || len(sealed) > c.cbs {
 		return dst, errBlock
 	}
 	var ad [fileIDSize + 9]byte
-	out, err := a.Open(dst, sealed[:c.ns], sealed[c.ns:], aad(&ad, id, n, last))
+	out, err := a.Open(dst, sealed[:c.ns], sealed[c.ns:], aad(&ad, id, n, mark))
 	if err != nil {
 		return dst, errBlock
 	}
 	return out, nil
 }
 
-// header returns a file header.
-func header(id []byte) []byte {
+// header returns a file header of version v.
+func header(id []byte, v uint16) []byte {
 	h := make([]byte, 0, headerSize)
 	h = append(h, headerMagic...)
-	h = binary.BigEndian.AppendUint16(h, formatVersion)
+	h = binary.BigEndian.AppendUint16(h, v)
 	return append(h, id...)
 }
 
-// parseHeader returns the file ID of a header.
-func parseHeader(h []byte) ([]byte, error) {
+// parseHeader returns the file ID and version of a header. The version is
+// a hint for readers, not trusted: whether a file may have holes is said by
+// its authenticated last block.
+func parseHeader(h []byte) ([]byte, uint16, error) {
 	if len(h) < headerSize || string(h[:len(headerMagic)]) != headerMagic {
-		return nil, errors.New("bad file header (not a cairn crypt file)")
+		return nil, 0, errors.New("bad file header (not a cairn crypt file)")
 	}
-	if v := binary.BigEndian.Uint16(h[len(headerMagic):]); v != formatVersion {
-		return nil, fmt.Errorf("file header of format version %d (this cairn reads version %d)", v, formatVersion)
+	v := binary.BigEndian.Uint16(h[len(headerMagic):])
+	if v != formatVersion && v != sparseVersion {
+		return nil, 0, fmt.Errorf("file header of format version %d (this cairn reads versions %d and %d)", v, formatVersion, sparseVersion)
 	}
 	id := make([]byte, fileIDSize)
 	copy(id, h[len(headerMagic)+2:headerSize])
-	return id, nil
+	return id, v, nil
 }
 
 // plainSize is the plaintext size of a file whose ciphertext is lower bytes

@@ -32,8 +32,10 @@ type FS struct {
 	cache *nameCache
 	rand  io.Reader
 
-	mu    sync.Mutex
-	files map[uint64]*fileState // open files, by lower inode number
+	mu        sync.Mutex
+	files     map[uint64]*fileState // open files, by lower inode number
+	pending   map[uint64]bool       // journals left by a crash (journal.go), by inode
+	noJournal bool
 
 	xmu    sync.Mutex
 	xnames map[string]string // xattr name -> lower name (a few: ACLs, user.*)
@@ -49,6 +51,8 @@ type Options struct {
 	// Rand is the source of nonces, file IDs and directory IVs (default
 	// crypto/rand); tests set it for known answers.
 	Rand io.Reader
+	// NoJournal turns off the journal of in-place rewrites (journal.go).
+	NoJournal bool
 }
 
 // New stacks a crypt layer over lower, whose configuration is cfg and whose
@@ -66,7 +70,8 @@ func New(lower layer.FS, cfg *Config, master []byte, o Options) (*FS, error) {
 	if o.CacheNames == 0 {
 		o.CacheNames = 1 << 18
 	}
-	c, err := newContent(cfg.Cipher, subkey(master, "content", 32), cfg.BlockSize, o.Rand)
+	protectProcess()
+	c, err := newContent(cfg.Cipher, keep(subkey(master, "content", 32)), cfg.BlockSize, o.Rand)
 	if err != nil {
 		return nil, err
 	}
@@ -78,13 +83,16 @@ func New(lower layer.FS, cfg *Config, master []byte, o Options) (*FS, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &FS{
+	fs := &FS{
 		Base: layer.Base{Lower: lower}, c: c, names: nm, xattr: xn,
-		meta:  newAEAD(cfg.Cipher, subkey(master, "meta", 32)),
-		ivKey: subkey(master, "diriv", 32),
+		meta:  newAEADClear(cfg.Cipher, subkey(master, "meta", 32)),
+		ivKey: keep(subkey(master, "diriv", 32)),
 		cache: newNameCache(o.CacheDirs, o.CacheNames), rand: o.Rand,
 		files: map[uint64]*fileState{}, xnames: map[string]string{},
-	}, nil
+		noJournal: o.NoJournal,
+	}
+	fs.loadPending(context.Background())
+	return fs, nil
 }
 
 // Unlock reads the configuration from lower and opens it with a passphrase
@@ -106,6 +114,7 @@ func Unlock(ctx context.Context, lower layer.FS, secret []byte, isMasterKey bool
 	} else if master, err = cfg.Unwrap(secret); err != nil {
 		return nil, fmt.Errorf("%w for %s", err, where(lower, ConfigName))
 	}
+	defer clear(master)
 	return New(lower, cfg, master, o)
 }
 
@@ -208,7 +217,9 @@ func (fs *FS) repairIV(ctx context.Context, path, lower string) ([]byte, error) 
 		}
 	}
 	iv := make([]byte, dirIVSize)
-	io.ReadFull(fs.rand, iv)
+	if _, err := io.ReadFull(fs.rand, iv); err != nil {
+		return nil, randErr(err)
+	}
 	p := layer.Join(lower, dirIVName)
 	if err := fs.Lower.Unlink(ctx, p); err != nil {
 		return nil, err
@@ -426,7 +437,11 @@ func (fs *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, 
 		return a, err
 	}
 	iv := make([]byte, dirIVSize)
-	io.ReadFull(fs.rand, iv)
+	if _, err := io.ReadFull(fs.rand, iv); err != nil {
+		fs.Lower.Rmdir(ctx, lp)
+		fs.dropLong(ctx, lp, long)
+		return layer.Attr{}, randErr(err)
+	}
 	// Not synced (an fsync per mkdir would cost more than the rest of
 	// it): readIV repairs the empty IV file a crash can leave.
 	if err := writeNew(ctx, fs.Lower, layer.Join(lp, dirIVName), ivFile(fs.ivKey, iv), 0o444, false); err != nil {
@@ -434,8 +449,10 @@ func (fs *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, 
 		fs.dropLong(ctx, lp, long)
 		return layer.Attr{}, err
 	}
-	if a.Mode&0o7777 != mode&0o7777 {
-		if a, err = fs.Lower.Setattr(ctx, lp, &layer.SetAttr{Valid: layer.SetMode, Mode: mode & 0o7777}); err != nil {
+	// Take back only the owner bits added above: the rest is the lower's
+	// (the caller's umask or a default ACL, a set-group-ID directory's bit).
+	if extra := a.Mode & 0o300 &^ mode; extra != 0 {
+		if a, err = fs.Lower.Setattr(ctx, lp, &layer.SetAttr{Valid: layer.SetMode, Mode: a.Mode & 0o7777 &^ extra}); err != nil {
 			return a, err
 		}
 	}
@@ -512,7 +529,9 @@ const symlinkAAD = "cairn-crypt v1 symlink"
 
 func (fs *FS) Symlink(ctx context.Context, target, path string) (layer.Attr, error) {
 	nonce := make([]byte, fs.meta.NonceSize())
-	io.ReadFull(fs.rand, nonce)
+	if _, err := io.ReadFull(fs.rand, nonce); err != nil {
+		return layer.Attr{}, randErr(err)
+	}
 	enc := b64.EncodeToString(fs.meta.Seal(nonce, nonce, []byte(target), []byte(symlinkAAD)))
 	if len(enc) >= unix.PathMax {
 		return layer.Attr{}, syscall.ENAMETOOLONG

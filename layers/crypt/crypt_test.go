@@ -4,14 +4,24 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"cairn/layer"
 	"cairn/layers/local"
+	"cairn/registry"
 )
+
+// The package's tests make volumes with settings below the minimums of
+// cairn init (TestKDFBounds checks those).
+func init() { weakKDFOK = true }
 
 // fastKDF keeps tests quick; real volumes use DefaultKDF.
 var fastKDF = KDF{Name: Scrypt, N: 1 << 10, R: 8, P: 1}
@@ -146,5 +156,195 @@ func TestChangePassphraseInProcess(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, ConfigName), []byte("{not json"), 0o600)
 	if _, err := ReadConfig(ctx, l); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, ConfigName)) {
 		t.Fatalf("damaged configuration: %v", err)
+	}
+}
+
+// TestKDFBounds: a configuration with a key-derivation parameter out of
+// range is refused with the file, the field and the allowed range (scrypt
+// r = 2^20 used to panic, argon2 time 2^32-1 to hang); init refuses
+// settings below the minimums; flags are checked before any conversion.
+func TestKDFBounds(t *testing.T) {
+	dir, _ := newVolume(t, InitParams{})
+	ctx := context.Background()
+	l, _ := openLocal(t, dir)
+	cfgPath := filepath.Join(dir, ConfigName)
+	orig, _ := os.ReadFile(cfgPath)
+	os.Chmod(cfgPath, 0o600)
+	salt := `"salt":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="`
+	for _, tc := range []struct{ kdf, want string }{
+		{`{"name":"scrypt",` + salt + `,"n":65536,"r":1048576,"p":1}`, "kdf.r = 1048576 is out of range (allowed 1..32)"},
+		{`{"name":"scrypt",` + salt + `,"n":65535,"r":8,"p":1}`, "kdf.n = 65535: not a power of two"},
+		{`{"name":"scrypt",` + salt + `,"n":4194304,"r":32,"p":1}`, "kdf.n = 4194304: with r = 32 needs 16384 MiB"},
+		{`{"name":"scrypt",` + salt + `,"n":1024,"r":8,"p":-1}`, "cannot be negative"},
+		{`{"name":"argon2id",` + salt + `,"time":4294967295,"memory_kib":65536,"threads":4}`, "kdf.time = 4294967295 is out of range (allowed 1..64)"},
+		{`{"name":"argon2id",` + salt + `,"time":3,"memory_kib":4194305,"threads":4}`, "kdf.memory_kib = 4194305 is out of range"},
+		{`{"name":"argon2id",` + salt + `,"time":3,"memory_kib":65536,"threads":300}`, "kdf.threads = 300 is out of range (allowed 1..64)"},
+		{`{"name":"argon2id","salt":"AAAA","time":3,"memory_kib":65536,"threads":4}`, "kdf.salt: 3 bytes (allowed 16..64)"},
+	} {
+		c := `{"format":"cairn-crypt","version":1,"cipher":"aes-256-gcm","block_size":4096,"kdf":` + tc.kdf + `}`
+		os.WriteFile(cfgPath, []byte(c), 0o600)
+		start := time.Now()
+		_, err := Unlock(ctx, l, testPass, false, Options{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), cfgPath) {
+			t.Errorf("%s: %v (want %q and the file)", tc.kdf, err, tc.want)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("%s: refused after %v", tc.kdf, d)
+		}
+	}
+	os.WriteFile(cfgPath, orig, 0o400)
+	// Minimums at init, unless the package's tests allow weak settings.
+	weakKDFOK = false
+	defer func() { weakKDFOK = true }()
+	for _, k := range []KDF{{Name: Scrypt, N: 1024, R: 8, P: 1}, {Name: Argon2id, Time: 1, MemoryKiB: 32, Threads: 1}} {
+		l2, _ := openLocal(t, t.TempDir())
+		if _, err := Init(ctx, l2, InitParams{KDF: k}, testPass); err == nil || !strings.Contains(err.Error(), "out of range (allowed") {
+			t.Errorf("init with %+v: %v", k, err)
+		}
+	}
+	if err := ChangePassphrase(ctx, l, testPass, nil, []byte("new"), KDF{Name: Scrypt, N: 2, R: 1, P: 1}); err == nil {
+		t.Error("passwd to scrypt N=2 accepted")
+	}
+	if err := (KDF{Name: Argon2id, Time: 3, MemoryKiB: 64 << 10, Threads: 260}).Check(); err == nil || !strings.Contains(err.Error(), "kdf.threads = 260") {
+		t.Errorf("threads 260: %v", err)
+	}
+}
+
+// TestPassfileBounded: a passphrase file is read up to MaxSecret bytes; a
+// device such as /dev/zero is refused at once; a pipe works; so does a
+// passphrase command, whose output is bounded too.
+func TestPassfileBounded(t *testing.T) {
+	dir := t.TempDir()
+	done := make(chan error, 1)
+	go func() { _, err := ReadPassfile("/dev/zero"); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "not a regular file, a pipe or a terminal (it is a character device)") {
+			t.Errorf("/dev/zero: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("reading /dev/zero as a passphrase file does not end")
+	}
+	long := filepath.Join(dir, "long")
+	os.WriteFile(long, bytes.Repeat([]byte("a"), MaxSecret+1), 0o600)
+	if _, err := ReadPassfile(long); err == nil || !strings.Contains(err.Error(), "longer than 4096 bytes") {
+		t.Errorf("a long first line: %v", err)
+	}
+	ok := filepath.Join(dir, "ok")
+	os.WriteFile(ok, append([]byte("short\n"), bytes.Repeat([]byte("b"), 3*MaxSecret)...), 0o600)
+	if b, err := ReadPassfile(ok); err != nil || string(b) != "short" {
+		t.Errorf("a short first line and a long rest: %q %v", b, err)
+	}
+	if _, err := ReadPassfile(dir); err == nil || !strings.Contains(err.Error(), "directory") {
+		t.Errorf("a directory: %v", err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err == nil {
+			f.Write([]byte("piped\n"))
+			f.Close()
+		}
+	}()
+	if b, err := ReadPassfile(fifo); err != nil || string(b) != "piped" {
+		t.Errorf("a pipe: %q %v", b, err)
+	}
+	go func() { _, err := RunExtpass("cat /dev/zero"); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "longer than 4096 bytes") {
+			t.Errorf("extpass cat /dev/zero: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("extpass cat /dev/zero does not end")
+	}
+	if b, err := RunExtpass("yes secret"); err != nil || string(b) != "secret" {
+		t.Errorf("extpass yes: %q %v", b, err)
+	}
+}
+
+// TestSecretsInMemory: after unlock, the passphrase handed to the layer is
+// cleared, the process cannot be dumped, and the raw keys are in a page
+// that is locked and left out of core dumps.
+func TestSecretsInMemory(t *testing.T) {
+	dir, _ := newVolume(t, InitParams{})
+	pass := bytes.Clone(testPass)
+	typ, _ := registry.Lookup("crypt")
+	l, _ := openLocal(t, dir)
+	top, err := typ.New([]layer.FS{l}, registry.Values{"unlock": "passphrase", registry.SecretKey: pass})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(pass, make([]byte, len(pass))) {
+		t.Error("the passphrase is still in memory after unlock")
+	}
+	if d, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0); err != nil || d != 0 {
+		t.Errorf("the process is dumpable (%d, %v)", d, err)
+	}
+	key := uintptr(unsafe.Pointer(&top.(*FS).c.key[0]))
+	smaps, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flags string
+	in := false
+	for _, line := range strings.Split(string(smaps), "\n") {
+		var lo, hi uintptr
+		if n, _ := fmt.Sscanf(line, "%x-%x ", &lo, &hi); n == 2 && strings.Contains(line, " ") && !strings.HasPrefix(line, "VmFlags") {
+			in = key >= lo && key < hi
+		}
+		if in && strings.HasPrefix(line, "VmFlags:") {
+			flags = line
+		}
+	}
+	keyMem.Lock()
+	budgetLeft := keyMem.locked+4096 <= maxLocked
+	keyMem.Unlock()
+	if !strings.Contains(flags, " dd") || !strings.Contains(flags, " lo") && budgetLeft {
+		t.Errorf("the content key's page: %q (want dd: not dumped, lo: locked)", flags)
+	}
+}
+
+// failingRand fails after n bytes.
+type failingRand struct{ n int }
+
+func (r *failingRand) Read(p []byte) (int, error) {
+	if r.n <= 0 {
+		return 0, errors.New("entropy source gone")
+	}
+	k := min(len(p), r.n)
+	r.n -= k
+	clear(p[:k])
+	return k, nil
+}
+
+// TestRandomSourceErrors: when the random source fails, the operation that
+// needed a nonce, file ID or IV fails (and nothing is written with bytes
+// that are not random).
+func TestRandomSourceErrors(t *testing.T) {
+	dir, _ := newVolume(t, InitParams{})
+	l, _ := openLocal(t, dir)
+	fs, err := Unlock(context.Background(), l, testPass, false, Options{Rand: &failingRand{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := layer.WriteFile(ctx, fs, "f", []byte("data"), 0o644); err == nil || !strings.Contains(err.Error(), "random source failed") {
+		t.Errorf("write: %v", err)
+	}
+	if _, err := fs.Mkdir(ctx, "d", 0o755); err == nil || !strings.Contains(err.Error(), "random source failed") {
+		t.Errorf("mkdir: %v", err)
+	}
+	if _, err := fs.Symlink(ctx, "target", "s"); err == nil || !strings.Contains(err.Error(), "random source failed") {
+		t.Errorf("symlink: %v", err)
+	}
+	if ents, _ := fs.ReadDir(ctx, "", false); len(ents) != 1 || ents[0].Name != "f" {
+		t.Errorf("after the failures the root lists %v (want the empty file f only)", ents)
+	}
+	if a, err := fs.Getattr(ctx, "f"); err != nil || a.Size != 0 {
+		t.Errorf("f: %d bytes, %v", a.Size, err)
 	}
 }

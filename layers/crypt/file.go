@@ -1,11 +1,14 @@
 package crypt
 
 import (
+	"cmp"
 	"context"
 	"crypto/cipher"
 	"errors"
 	"io"
+	"log/slog"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -23,9 +26,14 @@ type fileState struct {
 	refs int          // guarded by FS.mu
 	ino  uint64
 
-	hmu  sync.Mutex // guards id and aead (set by readers too)
-	id   []byte     // nil: not known yet (or the file is empty)
-	aead cipher.AEAD
+	hmu   sync.Mutex // guards id, aead and holes (set by readers too)
+	id    []byte     // nil: not known yet (or the file is empty)
+	aead  cipher.AEAD
+	holes byte // holesUnknown, holesNone or holesMaybe: the mark of the last block
+
+	jf   layer.File // the journal file of in-place rewrites (journal.go); guarded by mu
+	jpos int64      // where its next entry goes
+	jseq uint64     // the sequence number of its last entry
 
 	size  int64 // plaintext size; valid when sized (guarded by mu, written with mu held)
 	sized bool
@@ -40,6 +48,21 @@ func (s *fileState) key() ([]byte, cipher.AEAD) {
 func (s *fileState) setKey(id []byte, a cipher.AEAD) {
 	s.hmu.Lock()
 	s.id, s.aead = id, a
+	if id == nil {
+		s.holes = holesUnknown
+	}
+	s.hmu.Unlock()
+}
+
+func (s *fileState) getHoles() byte {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	return s.holes
+}
+
+func (s *fileState) setHoles(h byte) {
+	s.hmu.Lock()
+	s.holes = h
 	s.hmu.Unlock()
 }
 
@@ -55,11 +78,17 @@ func (fs *FS) state(ino uint64) *fileState {
 	return s
 }
 
-func (fs *FS) unref(s *fileState) {
+func (fs *FS) unref(ctx context.Context, s *fileState) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if s.refs--; s.refs == 0 {
 		delete(fs.files, s.ino)
+		// No write of this file is under way: its journal is done.
+		if s.jf != nil {
+			s.jf.Release(ctx)
+			s.jf = nil
+			fs.Lower.Unlink(ctx, journalPath(s.ino))
+		}
 	}
 }
 
@@ -109,10 +138,10 @@ func (fs *FS) openLower(ctx context.Context, path, lp string, flags int) (*file,
 		lf.Release(ctx)
 		return nil, err
 	}
-	return fs.newFile(ctx, path, lf, &a, flags)
+	return fs.newFile(ctx, path, lp, lf, &a, flags)
 }
 
-func (fs *FS) newFile(ctx context.Context, path string, lf layer.File, a *layer.Attr, flags int) (*file, error) {
+func (fs *FS) newFile(ctx context.Context, path, lp string, lf layer.File, a *layer.Attr, flags int) (*file, error) {
 	if a.IsRegular() {
 		if _, ok := fs.c.plainSize(a.Size); !ok {
 			lf.Release(ctx)
@@ -120,6 +149,15 @@ func (fs *FS) newFile(ctx context.Context, path string, lf layer.File, a *layer.
 		}
 	}
 	f := &file{fs: fs, lower: lf, st: fs.state(a.Ino), path: path, append: flags&unix.O_APPEND != 0}
+	if a.IsRegular() && fs.pendingJournal(a.Ino) {
+		f.st.mu.Lock()
+		err := f.recoverJournal(ctx, lp)
+		f.st.mu.Unlock()
+		if err != nil {
+			f.Release(ctx)
+			return nil, err
+		}
+	}
 	if flags&unix.O_TRUNC != 0 && flags&unix.O_ACCMODE != unix.O_RDONLY && a.IsRegular() {
 		f.st.mu.Lock()
 		err := f.truncate(ctx, 0)
@@ -148,7 +186,7 @@ func (fs *FS) Create(ctx context.Context, path string, flags int, mode uint32) (
 		}
 		return nil, a, err
 	}
-	f, err := fs.newFile(ctx, path, lf, &a, flags)
+	f, err := fs.newFile(ctx, path, lp, lf, &a, flags)
 	if err != nil {
 		return nil, layer.Attr{}, err
 	}
@@ -194,7 +232,7 @@ func (f *file) loadKey(ctx context.Context, h []byte) ([]byte, cipher.AEAD, erro
 		}
 		h = h[:n]
 	}
-	id, err := parseHeader(h)
+	id, _, err := parseHeader(h)
 	if err != nil {
 		return nil, nil, corruptf("/"+f.path, "%v", err)
 	}
@@ -315,9 +353,9 @@ func (f *file) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	err = parallel(len(ps), func(i int) error {
 		pn := &ps[i]
 		blk := b0 + int64(i)
-		out, err := c.open(aead, pn.dst, pn.sealed, id, uint64(blk), pn.last)
+		out, err := f.openBlock(ctx, aead, id, pn.dst, pn.sealed, blk, pn.last)
 		if err != nil {
-			return f.blockError(blk, pn.last)
+			return err
 		}
 		if !pn.direct && pn.skip < len(out) {
 			copy(p[pn.pOff:], out[pn.skip:])
@@ -381,6 +419,76 @@ func (f *file) blockError(blk int64, last bool) error {
 	return corruptf("/"+f.path, "block %d does not authenticate: changed, moved or cut", blk)
 }
 
+// openBlock returns the plaintext of sealed block blk (appended to dst,
+// whose capacity must hold a block). The last block opens with either
+// last mark, which tells whether the file may have holes; another block
+// that is all zeros is a hole, and reads as zeros, only when the file's
+// authenticated last block says that it may have holes.
+func (f *file) openBlock(ctx context.Context, aead cipher.AEAD, id, dst, sealed []byte, blk int64, last bool) ([]byte, error) {
+	c := f.fs.c
+	if last {
+		h := f.st.getHoles()
+		for _, mark := range []byte{markLast, markLastSparse} {
+			if h != holesUnknown && mark != h {
+				continue
+			}
+			if out, err := c.open(aead, dst, sealed, id, uint64(blk), mark); err == nil {
+				f.st.setHoles(mark)
+				return out, nil
+			}
+		}
+		return nil, f.blockError(blk, true)
+	}
+	if out, err := c.open(aead, dst, sealed, id, uint64(blk), markInner); err == nil {
+		return out, nil
+	}
+	if c.isHole(sealed) {
+		h, err := f.learnHoles(ctx, aead, id)
+		if err != nil {
+			return nil, err
+		}
+		if h == holesMaybe {
+			out := dst[:len(dst)+c.bs]
+			clear(out[len(dst):])
+			return out, nil
+		}
+	}
+	return nil, f.blockError(blk, false)
+}
+
+// learnHoles reads the file's last block, whose mark says whether the file
+// may have holes (when that is not known yet).
+func (f *file) learnHoles(ctx context.Context, aead cipher.AEAD, id []byte) (byte, error) {
+	if h := f.st.getHoles(); h != holesUnknown {
+		return h, nil
+	}
+	c := f.fs.c
+	a, err := f.lower.Getattr(ctx)
+	if err != nil {
+		return 0, err
+	}
+	size, ok := c.plainSize(a.Size)
+	if !ok {
+		return 0, corruptf("/"+f.path, "the file's size (%d bytes below) is not that of a whole number of blocks: truncated", a.Size)
+	}
+	if size == 0 {
+		return holesNone, nil
+	}
+	last := int64(size-1) / int64(c.bs)
+	bp := getBuf(c.cbs)
+	defer putBuf(bp)
+	n, err := readFull(ctx, f.lower, *bp, c.blockOffset(uint64(last)))
+	if err != nil {
+		return 0, err
+	}
+	pp := getBuf(c.bs)
+	defer putBuf(pp)
+	if _, err := f.openBlock(ctx, aead, id, (*pp)[:0], (*bp)[:n], last, true); err != nil {
+		return 0, err
+	}
+	return f.st.getHoles(), nil
+}
+
 // readBlock returns the plaintext of block blk (the caller holds st.mu).
 func (f *file) readBlock(ctx context.Context, dst []byte, id []byte, aead cipher.AEAD, blk int64, last bool) ([]byte, error) {
 	c := f.fs.c
@@ -390,11 +498,7 @@ func (f *file) readBlock(ctx context.Context, dst []byte, id []byte, aead cipher
 	if err != nil {
 		return nil, err
 	}
-	out, err := c.open(aead, dst[:0], (*bp)[:n], id, uint64(blk), last)
-	if err != nil {
-		return nil, f.blockError(blk, last)
-	}
-	return out, nil
+	return f.openBlock(ctx, aead, id, dst[:0], (*bp)[:n], blk, last)
 }
 
 // --- writing ---
@@ -415,33 +519,61 @@ func (f *file) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	if err := f.write(ctx, p, off, int64(len(p)), size); err != nil {
-		return 0, err
+	// At most maxChunk blocks a time: the old blocks of each are kept in
+	// memory and in the journal.
+	step := maxChunk * f.fs.c.bs
+	done := 0
+	for done < len(p) {
+		n := min(len(p)-done, step)
+		if err := f.write(ctx, p[done:done+n], off+int64(done), int64(n), size, true); err != nil {
+			if done > 0 {
+				return done, nil // a short write, as pwrite makes
+			}
+			return 0, err
+		}
+		done += n
+		size = f.st.size
 	}
-	return len(p), nil
+	return done, nil
 }
 
 // maxChunk is the most blocks sealed for one lower write.
 const maxChunk = 256
 
+// span is a range of blocks, from..to inclusive.
+type span struct{ from, to int64 }
+
 // write writes n bytes of p (zeros if p is nil) at off into a file of size
-// bytes; the caller holds st.mu for writing.
-func (f *file) write(ctx context.Context, p []byte, off, n, size int64) error {
+// bytes; the caller holds st.mu for writing. With sparse, whole blocks of
+// zeros past the old end of the file (but the new last block) are left as
+// holes in the lower file rather than written.
+//
+// A block that is rewritten in place is first copied to the file's
+// journal (journal.go), so that a crash in the middle of the write leaves
+// the old block, or the new, never half of each; if the lower fails the
+// write (ENOSPC, a short write, EFBIG), the blocks it changed are put back
+// and the lower size restored, and the error is the caller's.
+func (f *file) write(ctx context.Context, p []byte, off, n, size int64, sparse bool) error {
 	c := f.fs.c
 	bs := int64(c.bs)
 	end := off + n
+	if end > c.maxPlain() || end < off {
+		return syscall.EFBIG
+	}
 	newSize := max(size, end)
 	var id []byte
 	var aead cipher.AEAD
 	fresh := size == 0
+	holes := byte(holesNone)
 	if fresh {
 		// An empty file gets a new ID (and key) on its first write.
 		id = make([]byte, fileIDSize)
 		if _, err := io.ReadFull(c.rand, id); err != nil {
-			return err
+			return randErr(err)
 		}
 		aead = c.fileAEAD(id)
 		f.st.setKey(id, aead)
+		f.st.setHoles(holesNone)
 	} else {
 		var err error
 		if id, aead, err = f.loadKey(ctx, nil); err != nil {
@@ -450,118 +582,265 @@ func (f *file) write(ctx context.Context, p []byte, off, n, size int64) error {
 			}
 			return err
 		}
+		if holes, err = f.learnHoles(ctx, aead, id); err != nil {
+			return err
+		}
 	}
-	fb := min(off, size) / bs
 	oldFinal := int64(-1)
 	if size > 0 {
 		oldFinal = (size - 1) / bs
-		if newSize > size {
-			fb = min(fb, oldFinal) // its last mark goes
+	}
+	newFinal := (newSize - 1) / bs
+
+	// The blocks to write.
+	var spans []span
+	add := func(a, b int64) {
+		if a <= b {
+			spans = append(spans, span{a, b})
 		}
 	}
-	lb, newFinal := (end-1)/bs, (newSize-1)/bs
-	var scratch []*[]byte // partial blocks: at most two per chunk
+	if !sparse {
+		add(min(off, size)/bs, (end-1)/bs)
+		if newSize > size && oldFinal >= 0 {
+			add(oldFinal, oldFinal)
+		}
+	} else {
+		if newSize > size && oldFinal >= 0 {
+			add(oldFinal, oldFinal) // its last mark goes
+		}
+		if p != nil {
+			add(off/bs, (end-1)/bs)
+		} else if off < size {
+			add(off/bs, (min(end, size)-1)/bs)
+		}
+		if newSize > size {
+			add(newFinal, newFinal)
+		}
+	}
+	spans = mergeSpans(spans)
+	// Holes: blocks between the old last one and the new last one that
+	// are not written.
+	if newSize > size {
+		covered := int64(0)
+		for _, sp := range spans {
+			covered += max(0, min(sp.to, newFinal)-max(sp.from, oldFinal+1)+1)
+		}
+		if covered < newFinal-oldFinal {
+			holes = holesMaybe
+		}
+	}
+	oldHoles := f.st.getHoles()
+	if fresh {
+		oldHoles = holesNone
+	}
+
+	// The old sealed bytes of the blocks rewritten in place, to the
+	// journal before anything changes.
+	oldLower := int64(c.lowerSize(uint64(size)))
+	var before [][]byte // per span: the lower bytes it covers now
+	var recs []jrec
+	for _, sp := range spans {
+		var b []byte
+		if sp.from <= oldFinal {
+			lo := c.blockOffset(uint64(sp.from))
+			hi := min(c.blockOffset(uint64(min(sp.to, oldFinal)+1)), oldLower)
+			b = make([]byte, hi-lo)
+			if m, err := readFull(ctx, f.lower, b, lo); err != nil {
+				return err
+			} else if m != len(b) {
+				return corruptf("/"+f.path, "the file is shorter below than its size says")
+			}
+			recs = append(recs, jrec{blk: sp.from, sealed: b})
+		}
+		before = append(before, b)
+	}
+	if len(recs) > 0 {
+		if err := f.writeJournal(ctx, id, oldLower, recs); err != nil {
+			return err
+		}
+	}
+	if holes == holesMaybe && oldHoles != holesMaybe && !fresh {
+		// Tell older readers (header version); the last block's mark is
+		// what counts.
+		if _, err := writeFull(ctx, f.lower, header(id, sparseVersion), 0); err != nil {
+			return f.undo(ctx, err, oldLower, spans, before, oldHoles)
+		}
+	}
+	lastMark := holes
+
+	var scratch []*[]byte // partial blocks: at most two per chunk and span
 	defer func() {
 		for _, b := range scratch {
 			putBuf(b)
 		}
 	}()
-	plains := make([][]byte, 0, min(lb-fb+1, maxChunk))
-	for cb := fb; cb <= lb; cb += maxChunk {
-		ce := min(cb+maxChunk-1, lb)
-		nblk := int(ce - cb + 1)
-		// The plaintext of each block: a slice of p for whole blocks,
-		// zeros for gaps, and a scratch block (old content, zeros and
-		// part of p) for the partial ones, which are the first and the
-		// last of the range.
-		plains = plains[:0]
-		k := 0
-		for blk := cb; blk <= ce; blk++ {
-			bstart := blk * bs
-			blen := min(bs, newSize-bstart)
-			ws, we := max(off, bstart)-bstart, min(end, bstart+blen)-bstart
-			switch {
-			case ws == 0 && we == blen && p != nil:
-				plains = append(plains, p[bstart-off:bstart-off+blen])
-			case bstart >= size && (p == nil || we <= ws):
-				plains = append(plains, zeroBlock[:blen])
-			default:
-				if k == len(scratch) {
-					scratch = append(scratch, getBuf(c.bs))
-				}
-				plain := (*scratch[k])[:blen]
-				k++
-				if bstart < size {
-					old, err := f.readBlock(ctx, plain, id, aead, blk, blk == oldFinal)
-					if err != nil {
-						return err
+	plains := make([][]byte, 0, maxChunk)
+	// The spans past the old end first: a full disk then fails the write
+	// before any block is changed in place.
+	for si := len(spans) - 1; si >= 0; si-- {
+		sp := spans[si]
+		for cb := sp.from; cb <= sp.to; cb += maxChunk {
+			ce := min(cb+maxChunk-1, sp.to)
+			nblk := int(ce - cb + 1)
+			// The plaintext of each block: a slice of p for whole blocks,
+			// zeros for gaps, and a scratch block (old content, zeros and
+			// part of p) for the partial ones.
+			plains = plains[:0]
+			k := 0
+			for blk := cb; blk <= ce; blk++ {
+				bstart := blk * bs
+				blen := min(bs, newSize-bstart)
+				ws, we := max(off, bstart)-bstart, min(end, bstart+blen)-bstart
+				switch {
+				case ws == 0 && we == blen && p != nil:
+					plains = append(plains, p[bstart-off:bstart-off+blen])
+				case bstart >= size && (p == nil || we <= ws), p == nil && ws == 0 && we == blen:
+					plains = append(plains, zeroBlock[:blen])
+				default:
+					if k == len(scratch) {
+						scratch = append(scratch, getBuf(c.bs))
 					}
-					clear(plain[len(old):])
-				} else {
-					clear(plain)
-				}
-				if we > ws {
-					if p != nil {
-						copy(plain[ws:we], p[bstart+ws-off:])
+					plain := (*scratch[k])[:blen]
+					k++
+					if bstart < size {
+						o := (blk - sp.from) * int64(c.cbs)
+						sealed := before[si][o:min(o+int64(c.cbs), int64(len(before[si])))]
+						old, err := f.openBlock(ctx, aead, id, plain[:0], sealed, blk, blk == oldFinal)
+						if err != nil {
+							return err
+						}
+						clear(plain[min(len(old), len(plain)):])
 					} else {
-						clear(plain[ws:we])
+						clear(plain)
 					}
+					if we > ws {
+						if p != nil {
+							copy(plain[ws:we], p[bstart+ws-off:])
+						} else {
+							clear(plain[ws:we])
+						}
+					}
+					plains = append(plains, plain)
 				}
-				plains = append(plains, plain)
+			}
+			op := getBuf(headerSize + nblk*c.cbs)
+			out := (*op)[:0]
+			wo := c.blockOffset(uint64(cb))
+			if fresh && cb == 0 {
+				v := uint16(formatVersion)
+				if holes == holesMaybe {
+					v = sparseVersion
+				}
+				out = append(out, header(id, v)...)
+				wo = 0
+			}
+			nonces := make([]byte, nblk*c.ns)
+			if _, err := io.ReadFull(c.rand, nonces); err != nil {
+				putBuf(op)
+				return f.undo(ctx, randErr(err), oldLower, spans, before, oldHoles)
+			}
+			// Every block but the file's last has the same sealed size, so
+			// each has a fixed place in out.
+			base := len(out)
+			parallel(nblk, func(i int) error {
+				at := base + i*c.cbs
+				mark := byte(markInner)
+				if cb+int64(i) == newFinal {
+					mark = lastMark
+				}
+				c.seal(aead, out[at:at], nonces[i*c.ns:(i+1)*c.ns], plains[i], id, uint64(cb)+uint64(i), mark)
+				return nil
+			})
+			out = out[:base+(nblk-1)*c.cbs+c.overhead()+len(plains[nblk-1])]
+			_, err := writeFull(ctx, f.lower, out, wo)
+			putBuf(op)
+			if err != nil {
+				return f.undo(ctx, err, oldLower, spans, before, oldHoles)
 			}
 		}
-		op := getBuf(headerSize + nblk*c.cbs)
-		out := (*op)[:0]
-		wo := c.blockOffset(uint64(cb))
-		if fresh && cb == 0 {
-			out = append(out, header(id)...)
-			wo = 0
+	}
+	if fresh && (len(spans) == 0 || spans[0].from > 0) {
+		// The first block is a hole: the header goes alone.
+		v := uint16(formatVersion)
+		if holes == holesMaybe {
+			v = sparseVersion
 		}
-		nonces := make([]byte, nblk*c.ns)
-		if _, err := io.ReadFull(c.rand, nonces); err != nil {
-			putBuf(op)
-			return err
-		}
-		// Every block but the file's last has the same sealed size, so
-		// each has a fixed place in out.
-		base := len(out)
-		parallel(nblk, func(i int) error {
-			at := base + i*c.cbs
-			c.seal(aead, out[at:at], nonces[i*c.ns:(i+1)*c.ns], plains[i], id, uint64(cb)+uint64(i), cb+int64(i) == newFinal)
-			return nil
-		})
-		out = out[:base+(nblk-1)*c.cbs+c.overhead()+len(plains[nblk-1])]
-		err := writeFull(ctx, f.lower, out, wo)
-		putBuf(op)
-		if err != nil {
-			f.st.sized = false
-			return err
+		if _, err := writeFull(ctx, f.lower, header(id, v), 0); err != nil {
+			return f.undo(ctx, err, oldLower, spans, before, oldHoles)
 		}
 	}
+	f.st.setHoles(lastMark)
 	f.setSize(newSize)
 	return nil
+}
+
+// mergeSpans sorts spans and joins those that overlap or touch.
+func mergeSpans(s []span) []span {
+	slices.SortFunc(s, func(a, b span) int { return cmp.Compare(a.from, b.from) })
+	var out []span
+	for _, sp := range s {
+		if n := len(out); n > 0 && sp.from <= out[n-1].to+1 {
+			out[n-1].to = max(out[n-1].to, sp.to)
+			continue
+		}
+		out = append(out, sp)
+	}
+	return out
+}
+
+// undo puts back what a failed write changed: the blocks it rewrote in
+// place (their old sealed bytes are in before) and the lower size. It
+// returns the write's error (the application gets it: ENOSPC, EFBIG, EIO).
+func (f *file) undo(ctx context.Context, err error, oldLower int64, spans []span, before [][]byte, oldHoles byte) error {
+	c := f.fs.c
+	f.st.sized = false
+	f.st.setHoles(oldHoles)
+	var uerr error
+	for i, sp := range spans {
+		if len(before[i]) > 0 {
+			if _, e := writeFull(ctx, f.lower, before[i], c.blockOffset(uint64(sp.from))); e != nil && uerr == nil {
+				uerr = e
+			}
+		}
+	}
+	if _, e := f.lower.Setattr(ctx, &layer.SetAttr{Valid: layer.SetSize, Size: uint64(oldLower)}); e != nil && uerr == nil {
+		uerr = e
+	}
+	if oldLower == 0 {
+		f.st.setKey(nil, nil)
+	}
+	if uerr != nil {
+		slog.Error("crypt: a failed write could not be undone: the file may not read back", "file", "/"+f.path, "write", err, "undo", uerr)
+	}
+	return err
 }
 
 // zeroBlock is the plaintext of a block of zeros.
 var zeroBlock = make([]byte, 1<<20)
 
-func writeFull(ctx context.Context, f layer.File, p []byte, off int64) error {
-	for len(p) > 0 {
-		n, err := f.WriteAt(ctx, p, off)
+// writeFull writes all of p at off; it returns how much was written when
+// it fails (a short write is an error: io.ErrShortWrite, or the lower's).
+func writeFull(ctx context.Context, f layer.File, p []byte, off int64) (int, error) {
+	done := 0
+	for done < len(p) {
+		n, err := f.WriteAt(ctx, p[done:], off+int64(done))
+		done += max(n, 0)
 		if err != nil {
-			return err
+			return done, err
 		}
 		if n == 0 {
-			return io.ErrShortWrite
+			return done, io.ErrShortWrite
 		}
-		p, off = p[n:], off+int64(n)
 	}
-	return nil
+	return done, nil
 }
 
 // truncate sets the plaintext size; the caller holds st.mu for writing.
 func (f *file) truncate(ctx context.Context, newSize int64) error {
 	c := f.fs.c
+	if newSize > c.maxPlain() {
+		return syscall.EFBIG
+	}
 	size, err := f.size(ctx)
 	if err != nil {
 		return err
@@ -584,28 +863,45 @@ func (f *file) truncate(ctx context.Context, newSize int64) error {
 		if err != nil {
 			return err
 		}
+		holes, err := f.learnHoles(ctx, aead, id)
+		if err != nil {
+			return err
+		}
 		bs := int64(c.bs)
 		nb := (newSize - 1) / bs
+		oldLower := int64(c.lowerSize(uint64(size)))
+		// The old block, to the journal; then the new last block in
+		// place; then the lower file is cut after it.
+		lo := c.blockOffset(uint64(nb))
+		old := make([]byte, min(int64(c.cbs), oldLower-lo))
+		if m, err := readFull(ctx, f.lower, old, lo); err != nil {
+			return err
+		} else if m != len(old) {
+			return corruptf("/"+f.path, "the file is shorter below than its size says")
+		}
 		bp := getBuf(c.bs)
 		defer putBuf(bp)
-		old, err := f.readBlock(ctx, *bp, id, aead, nb, nb == (size-1)/bs)
+		plain, err := f.openBlock(ctx, aead, id, (*bp)[:0], old, nb, nb == (size-1)/bs)
 		if err != nil {
 			return err
 		}
 		nonce := make([]byte, c.ns)
 		if _, err := io.ReadFull(c.rand, nonce); err != nil {
+			return randErr(err)
+		}
+		sealed := c.seal(aead, nil, nonce, plain[:newSize-nb*bs], id, uint64(nb), holes)
+		if err := f.writeJournal(ctx, id, oldLower, []jrec{{blk: nb, sealed: old}}); err != nil {
 			return err
 		}
-		sealed := c.seal(aead, nil, nonce, old[:newSize-nb*bs], id, uint64(nb), true)
-		f.st.sized = false
-		if err := lowerTo(c.blockOffset(uint64(nb))); err != nil {
-			return err
+		spans, before := []span{{nb, nb}}, [][]byte{old}
+		if _, err := writeFull(ctx, f.lower, sealed, lo); err != nil {
+			return f.undo(ctx, err, oldLower, spans, before, holes)
 		}
-		if err := writeFull(ctx, f.lower, sealed, c.blockOffset(uint64(nb))); err != nil {
-			return err
+		if err := lowerTo(lo + int64(len(sealed))); err != nil {
+			return f.undo(ctx, err, oldLower, spans, before, holes)
 		}
 	default:
-		return f.write(ctx, nil, size, newSize-size, size)
+		return f.write(ctx, nil, size, newSize-size, size, true)
 	}
 	f.setSize(newSize)
 	return nil
@@ -647,7 +943,7 @@ func (f *file) Fsync(ctx context.Context, datasync bool) error {
 
 func (f *file) Release(ctx context.Context) error {
 	err := f.lower.Release(ctx)
-	f.fs.unref(f.st)
+	f.fs.unref(ctx, f.st)
 	return err
 }
 
@@ -665,41 +961,224 @@ func (f *file) Allocate(ctx context.Context, off, length int64, mode uint32) err
 	switch mode {
 	case 0: // reserve, and extend
 		if end > size {
-			return f.write(ctx, nil, size, end-size, size)
+			return f.write(ctx, nil, size, end-size, size, false)
 		}
 		return nil
 	case unix.FALLOC_FL_KEEP_SIZE:
 		return nil
-	case unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE, unix.FALLOC_FL_ZERO_RANGE | unix.FALLOC_FL_KEEP_SIZE:
-		// No holes below: zeros are written, sealed like any data.
+	case unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE:
 		if end = min(end, size); end > off {
-			return f.write(ctx, nil, off, end-off, size)
+			return f.punch(ctx, off, end, size)
+		}
+		return nil
+	case unix.FALLOC_FL_ZERO_RANGE | unix.FALLOC_FL_KEEP_SIZE:
+		if end = min(end, size); end > off {
+			return f.zero(ctx, off, end, size)
 		}
 		return nil
 	case unix.FALLOC_FL_ZERO_RANGE:
-		return f.write(ctx, nil, off, length, size)
+		if err := f.zero(ctx, off, min(end, size), size); err != nil {
+			return err
+		}
+		if end > size {
+			return f.write(ctx, nil, size, end-size, size, false)
+		}
+		return nil
 	}
 	return syscall.EOPNOTSUPP
 }
 
-// Lseek: the layer keeps no holes, so all of a file is data.
+// zero writes sealed zeros over [off, end) inside the file, a bounded
+// number of blocks at a time (each write keeps the old blocks in memory).
+func (f *file) zero(ctx context.Context, off, end, size int64) error {
+	step := int64(maxChunk * f.fs.c.bs)
+	for ; off < end; off += step {
+		if err := f.write(ctx, nil, off, min(step, end-off), size, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// punch makes the whole blocks of [off, end) holes in the lower file (but
+// the last block of the file) and writes zeros over the rest.
+func (f *file) punch(ctx context.Context, off, end, size int64) error {
+	c := f.fs.c
+	bs := int64(c.bs)
+	final := (size - 1) / bs
+	b0, b1 := (off+bs-1)/bs, min(end/bs, final) // holes: b0..b1-1
+	if b0 >= b1 {
+		return f.zero(ctx, off, end, size)
+	}
+	id, aead, err := f.loadKey(ctx, nil)
+	if err != nil {
+		return err
+	}
+	holes, err := f.learnHoles(ctx, aead, id)
+	if err != nil {
+		return err
+	}
+	if holes != holesMaybe {
+		// The last block says first that the file may have holes: it
+		// is sealed again with that mark (through the journal).
+		if err := f.remarkLast(ctx, id, aead, size); err != nil {
+			return err
+		}
+	}
+	lo := c.blockOffset(uint64(b0))
+	err = f.lower.Allocate(ctx, lo, c.blockOffset(uint64(b1))-lo, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE)
+	if errors.Is(err, syscall.EOPNOTSUPP) {
+		return f.zero(ctx, off, end, size)
+	}
+	if err != nil {
+		return err
+	}
+	if err := f.zero(ctx, off, b0*bs, size); err != nil {
+		return err
+	}
+	return f.zero(ctx, b1*bs, end, size)
+}
+
+// remarkLast seals the last block again with the mark of a file that may
+// have holes, and gives the header the version that says so.
+func (f *file) remarkLast(ctx context.Context, id []byte, aead cipher.AEAD, size int64) error {
+	c := f.fs.c
+	bs := int64(c.bs)
+	final := (size - 1) / bs
+	lo := c.blockOffset(uint64(final))
+	oldLower := int64(c.lowerSize(uint64(size)))
+	old := make([]byte, oldLower-lo)
+	if m, err := readFull(ctx, f.lower, old, lo); err != nil {
+		return err
+	} else if m != len(old) {
+		return corruptf("/"+f.path, "the file is shorter below than its size says")
+	}
+	bp := getBuf(c.bs)
+	defer putBuf(bp)
+	plain, err := f.openBlock(ctx, aead, id, (*bp)[:0], old, final, true)
+	if err != nil {
+		return err
+	}
+	nonce := make([]byte, c.ns)
+	if _, err := io.ReadFull(c.rand, nonce); err != nil {
+		return randErr(err)
+	}
+	sealed := c.seal(aead, nil, nonce, plain, id, uint64(final), markLastSparse)
+	if err := f.writeJournal(ctx, id, oldLower, []jrec{{blk: final, sealed: old}}); err != nil {
+		return err
+	}
+	if _, err := writeFull(ctx, f.lower, header(id, sparseVersion), 0); err != nil {
+		return err
+	}
+	if _, err := writeFull(ctx, f.lower, sealed, lo); err != nil {
+		return f.undo(ctx, err, oldLower, []span{{final, final}}, [][]byte{old}, holesNone)
+	}
+	f.st.setHoles(holesMaybe)
+	return nil
+}
+
+// Lseek finds data and holes: the holes of a file are whole blocks that
+// are holes in the lower file (its last block is always data). A block
+// that the lower stores as zeros counts as data, as SEEK_DATA allows.
 func (f *file) Lseek(ctx context.Context, off int64, whence int) (int64, error) {
 	f.st.mu.Lock()
+	defer f.st.mu.Unlock()
 	size, err := f.size(ctx)
-	f.st.mu.Unlock()
 	if err != nil {
 		return 0, err
 	}
 	if off < 0 || off >= size {
 		return 0, syscall.ENXIO
 	}
-	switch whence {
-	case unix.SEEK_DATA:
-		return off, nil
-	case unix.SEEK_HOLE:
+	if whence != unix.SEEK_DATA && whence != unix.SEEK_HOLE {
+		return 0, syscall.EINVAL
+	}
+	id, aead, err := f.loadKey(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	holes, err := f.learnHoles(ctx, aead, id)
+	if err != nil {
+		return 0, err
+	}
+	c := f.fs.c
+	bs, cbs := int64(c.bs), int64(c.cbs)
+	final := (size - 1) / bs
+	if holes != holesMaybe {
+		if whence == unix.SEEK_DATA {
+			return off, nil
+		}
 		return size, nil
 	}
-	return 0, syscall.EINVAL
+	// blockAt is the block that holds lower offset lo (or starts after it).
+	blockAt := func(lo int64, up bool) int64 {
+		lo -= int64(headerSize)
+		if lo <= 0 {
+			return 0
+		}
+		if up {
+			return (lo + cbs - 1) / cbs
+		}
+		return lo / cbs
+	}
+	// stored reports whether block b is stored as zeros (a hole whose
+	// lower pages are partly allocated: its neighbours share them).
+	bp := getBuf(c.cbs)
+	defer putBuf(bp)
+	stored := func(b int64) bool {
+		if b >= final {
+			return false
+		}
+		n, err := readFull(ctx, f.lower, *bp, c.blockOffset(uint64(b)))
+		return err == nil && c.isHole((*bp)[:n])
+	}
+	blk := off / bs
+	if whence == unix.SEEK_DATA {
+		pos := c.blockOffset(uint64(blk))
+		for i := 0; ; i++ {
+			lo, err := f.lower.Lseek(ctx, pos, unix.SEEK_DATA)
+			if err != nil {
+				if errors.Is(err, syscall.ENXIO) {
+					return final * bs, nil
+				}
+				return 0, err
+			}
+			b := max(min(blockAt(lo, false), final), blk)
+			if i < 64 && stored(b) {
+				pos = c.blockOffset(uint64(b + 1))
+				continue
+			}
+			return max(off, b*bs), nil
+		}
+	}
+	if stored(blk) {
+		return off, nil
+	}
+	pos := c.blockOffset(uint64(blk))
+	for {
+		h, err := f.lower.Lseek(ctx, pos, unix.SEEK_HOLE)
+		if err != nil {
+			if errors.Is(err, syscall.ENXIO) {
+				return size, nil
+			}
+			return 0, err
+		}
+		b := max(blockAt(h, true), blk)
+		if b > blk+1 && stored(b-1) {
+			return (b - 1) * bs, nil
+		}
+		if b >= final {
+			return size, nil
+		}
+		d, err := f.lower.Lseek(ctx, h, unix.SEEK_DATA)
+		if err != nil {
+			return 0, err // the last block is data: there is some
+		}
+		if c.blockOffset(uint64(b))+cbs <= d {
+			return max(off, b*bs), nil
+		}
+		pos = d
+	}
 }
 
 // CopyFileRange copies through the plaintext.

@@ -3,6 +3,7 @@ package crypt
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/json"
 	"testing"
 )
 
@@ -18,15 +19,20 @@ func fuzzContent(t testing.TB) *content {
 }
 
 func FuzzHeader(f *testing.F) {
-	f.Add(header(make([]byte, fileIDSize)))
+	f.Add(header(make([]byte, fileIDSize), formatVersion))
+	f.Add(header(bytes.Repeat([]byte{1}, fileIDSize), sparseVersion))
 	f.Add([]byte("cairnc\x00\x02"))
+	f.Add([]byte("cairnc\x00\x03" + string(make([]byte, fileIDSize))))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, h []byte) {
-		id, err := parseHeader(h)
+		id, v, err := parseHeader(h)
 		if err != nil {
 			return
 		}
-		if !bytes.Equal(header(id), h[:headerSize]) {
+		if v != formatVersion && v != sparseVersion {
+			t.Fatalf("header %x: version %d accepted", h, v)
+		}
+		if !bytes.Equal(header(id, v), h[:headerSize]) {
 			t.Fatalf("header %x parses to id %x", h, id)
 		}
 	})
@@ -37,18 +43,21 @@ func FuzzBlock(f *testing.F) {
 	id := bytes.Repeat([]byte{9}, fileIDSize)
 	a := c.fileAEAD(id)
 	nonce := make([]byte, c.ns)
-	good := c.seal(a, nil, nonce, []byte("some plaintext"), id, 3, true)
-	f.Add(good, uint64(3), true)
-	f.Add(good[:10], uint64(3), true)
-	f.Add(make([]byte, c.cbs), uint64(0), false)
-	f.Fuzz(func(t *testing.T, sealed []byte, n uint64, last bool) {
-		p, err := c.open(a, nil, sealed, id, n, last)
-		if err != nil {
-			return
+	good := c.seal(a, nil, nonce, []byte("some plaintext"), id, 3, markLast)
+	f.Add(good, uint64(3), byte(markLast))
+	f.Add(good, uint64(3), byte(markLastSparse))
+	f.Add(good[:10], uint64(3), byte(markLast))
+	f.Add(make([]byte, c.cbs), uint64(0), byte(markInner))
+	f.Fuzz(func(t *testing.T, sealed []byte, n uint64, mark byte) {
+		p, err := c.open(a, nil, sealed, id, n, mark)
+		if err == nil {
+			// Only the block that was sealed opens, at its place.
+			if !bytes.Equal(sealed, good) || n != 3 || mark != markLast || string(p) != "some plaintext" {
+				t.Fatalf("forged block opened: %x at %d (mark %d) -> %q", sealed, n, mark, p)
+			}
 		}
-		// Only the block that was sealed opens, at its place.
-		if !bytes.Equal(sealed, good) || n != 3 || !last || string(p) != "some plaintext" {
-			t.Fatalf("forged block opened: %x at %d (last %v) -> %q", sealed, n, last, p)
+		if c.isHole(sealed) && (len(sealed) != c.cbs || bytes.ContainsFunc(sealed, func(r rune) bool { return r != 0 })) {
+			t.Fatalf("%x taken for a hole", sealed)
 		}
 	})
 }
@@ -98,6 +107,59 @@ func FuzzIVFile(f *testing.F) {
 		iv, ok := checkIV(key, b)
 		if ok && !bytes.Equal(ivFile(key, iv), b) {
 			t.Fatal("forged IV file accepted")
+		}
+	})
+}
+
+// FuzzConfig: a configuration either is refused or has every parameter
+// within its bounds (so that unlocking cannot allocate or compute without
+// bound), and never panics.
+func FuzzConfig(f *testing.F) {
+	good, _ := json.Marshal(&Config{Format: configFormat, Version: configVersion, Cipher: AES256GCM, BlockSize: 4096,
+		KDF: KDF{Name: Argon2id, Salt: make([]byte, 32), Time: 3, MemoryKiB: 64 << 10, Threads: 4}})
+	f.Add(good)
+	f.Add([]byte(`{"format":"cairn-crypt","version":1,"cipher":"aes-256-gcm","block_size":4096,"kdf":{"name":"scrypt","salt":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=","n":65536,"r":1048576,"p":1}}`))
+	f.Add([]byte(`{"format":"cairn-crypt","version":1,"cipher":"xchacha20-poly1305","block_size":512,"kdf":{"name":"argon2id","salt":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=","time":4294967295,"memory_kib":65536,"threads":4}}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := parseConfig(data)
+		if err != nil {
+			return
+		}
+		k := c.KDF
+		switch k.Name {
+		case Argon2id:
+			if k.Time > Argon2MaxTime || k.MemoryKiB > Argon2MaxMemoryKiB || k.Threads > Argon2MaxThreads || k.Time == 0 || k.Threads == 0 {
+				t.Fatalf("argon2id %+v accepted", k)
+			}
+		case Scrypt:
+			if k.N > ScryptMaxN || k.R > ScryptMaxR || k.P > ScryptMaxP || k.N < 2 || k.R < 1 || k.P < 1 || 128*k.N*k.R > scryptMaxMemory {
+				t.Fatalf("scrypt %+v accepted", k)
+			}
+		default:
+			t.Fatalf("KDF %q accepted", k.Name)
+		}
+		if _, err := newContent(c.Cipher, make([]byte, 32), c.BlockSize, rand.Reader); err != nil {
+			t.Fatalf("content %q/%d accepted: %v", c.Cipher, c.BlockSize, err)
+		}
+	})
+}
+
+// FuzzJournal: a journal parses to records that lie within it, or is
+// refused (torn, or not one), and never panics.
+func FuzzJournal(f *testing.F) {
+	id := bytes.Repeat([]byte{4}, fileIDSize)
+	good := journalBytes(7, id, 12345, []jrec{{blk: 3, sealed: []byte("sealed block")}, {blk: 9, sealed: nil}})
+	f.Add(good)
+	f.Add(good[:len(good)-1])
+	f.Add([]byte(journalMagic))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		seq, jid, size, recs, ok := parseJournal(b)
+		if !ok {
+			return
+		}
+		if enc := journalBytes(seq, jid, size, recs); !bytes.Equal(enc, b[:len(enc)]) {
+			t.Fatalf("journal %x does not encode back", b)
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -281,11 +282,16 @@ func TestEmptyIVRepaired(t *testing.T) {
 }
 
 // TestTruncatingOpens: O_TRUNC opens race with reads and writes of other
-// handles of the file without breaking it.
+// handles of the file without breaking it: a reader sees the old content
+// only before the first truncation, then an empty file or one whole write,
+// never a mixture; at the end the file holds the last write.
 func TestTruncatingOpens(t *testing.T) {
 	_, fs := stack(t)
 	ctx := context.Background()
-	layer.WriteFile(ctx, fs, "t", bytes.Repeat([]byte("x"), 10000), 0o644)
+	if err := layer.WriteFile(ctx, fs, "t", bytes.Repeat([]byte("x"), 10000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var truncated atomic.Bool // a truncating open has returned
 	var wg sync.WaitGroup
 	for w := 0; w < 4; w++ {
 		wg.Add(1)
@@ -296,11 +302,27 @@ func TestTruncatingOpens(t *testing.T) {
 					if err := layer.WriteFile(ctx, fs, "t", bytes.Repeat([]byte("y"), 5000+i), 0o644); err != nil {
 						t.Error(err)
 					}
-				} else if b, err := layer.ReadFile(ctx, fs, "t"); err != nil || bytes.Trim(b, "xy") != nil && len(bytes.Trim(b, "xy")) > 0 {
-					t.Errorf("read %d bytes: %v", len(b), err)
+					truncated.Store(true)
+					continue
+				}
+				after := truncated.Load()
+				b, err := layer.ReadFile(ctx, fs, "t")
+				switch {
+				case err != nil:
+					t.Errorf("read: %v", err)
+				case len(b) == 0:
+				case bytes.Count(b, []byte("x")) == len(b) && len(b) == 10000:
+					if after {
+						t.Errorf("read the content from before a truncation after it")
+					}
+				case bytes.Count(b, []byte("y")) != len(b) || len(b) < 5000 || len(b) > 5029:
+					t.Errorf("read %d bytes of mixed or partial content: %q...", len(b), b[:min(len(b), 20)])
 				}
 			}
 		}(w)
 	}
 	wg.Wait()
+	if b, err := layer.ReadFile(ctx, fs, "t"); err != nil || !bytes.Equal(b, bytes.Repeat([]byte("y"), 5029)) {
+		t.Fatalf("final state: %d bytes, %v (want 5029 bytes of y)", len(b), err)
+	}
 }

@@ -4,39 +4,121 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"sync"
 
+	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 )
 
 // Secrets: a passphrase (or a master key) comes from a file, from a
 // command's output, or from the terminal. Only the first line counts.
 
-// ReadPassfile returns the first line of a file.
+// MaxSecret is the most bytes read from a passphrase file or command: a
+// first line longer than that is refused (so that /dev/zero or a runaway
+// command cannot exhaust memory).
+const MaxSecret = 4 << 10
+
+// readLine reads the first line of r, at most MaxSecret bytes of it; more
+// says that r was not read to its end.
+func readLine(r io.Reader) (line []byte, ok, more bool, err error) {
+	b := make([]byte, MaxSecret+1)
+	n, err := io.ReadFull(r, b)
+	more = err == nil
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		err = nil
+	}
+	b = b[:n]
+	defer clear(b)
+	if err != nil {
+		return nil, false, more, err
+	}
+	if i := bytes.IndexByte(b, '\n'); i < 0 && n > MaxSecret {
+		return nil, false, more, nil
+	}
+	return bytes.Clone(firstLine(b)), true, more, nil
+}
+
+// ReadPassfile returns the first line of a file: a regular file, a pipe or
+// a terminal (anything else, /dev/zero say, is refused).
 func ReadPassfile(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the passphrase file: %w", err)
 	}
-	line := firstLine(b)
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the passphrase file: %w", err)
+	}
+	switch m := fi.Mode(); {
+	case m.IsRegular(), m&os.ModeNamedPipe != 0:
+	case m&os.ModeCharDevice != 0 && term.IsTerminal(int(f.Fd())):
+	default:
+		return nil, fmt.Errorf("the passphrase file %s is not a regular file, a pipe or a terminal (it is a %s)", path, fileKind(m))
+	}
+	line, ok, _, err := readLine(f)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the passphrase file: %w", err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("the first line of the passphrase file %s is longer than %d bytes", path, MaxSecret)
+	}
 	if len(line) == 0 {
 		return nil, fmt.Errorf("the passphrase file %s is empty", path)
 	}
 	return line, nil
 }
 
+func fileKind(m os.FileMode) string {
+	switch {
+	case m&os.ModeDir != 0:
+		return "directory"
+	case m&os.ModeCharDevice != 0:
+		return "character device"
+	case m&os.ModeDevice != 0:
+		return "block device"
+	case m&os.ModeSocket != 0:
+		return "socket"
+	}
+	return "special file"
+}
+
 // RunExtpass runs a command with sh -c and returns the first line of its
-// output. Its standard error goes to ours; its output is never shown.
+// output (at most MaxSecret bytes). Its standard error goes to ours; its
+// output is never shown.
 func RunExtpass(command string) ([]byte, error) {
 	cmd := exec.Command("/bin/sh", "-c", command)
 	cmd.Stdin, cmd.Stderr = os.Stdin, os.Stderr
-	out, err := cmd.Output()
+	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, fmt.Errorf("the passphrase command (extpass) failed: %v", err)
 	}
-	line := firstLine(out)
-	if len(line) == 0 {
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("the passphrase command (extpass) failed: %v", err)
+	}
+	line, ok, more, rerr := readLine(out)
+	if more {
+		// The rest is not read: the command is stopped, and its exit
+		// status does not count.
+		cmd.Process.Kill()
+	}
+	out.Close()
+	err = cmd.Wait()
+	if more {
+		err = nil
+	}
+	switch {
+	case rerr != nil:
+		return nil, fmt.Errorf("the passphrase command (extpass) failed: %v", rerr)
+	case !ok:
+		return nil, fmt.Errorf("the passphrase command (extpass) printed a first line longer than %d bytes", MaxSecret)
+	case err != nil:
+		clear(line)
+		return nil, fmt.Errorf("the passphrase command (extpass) failed: %v", err)
+	case len(line) == 0:
 		return nil, errors.New("the passphrase command (extpass) printed nothing")
 	}
 	return line, nil
@@ -105,4 +187,51 @@ func GetSecret(passfile, extpass, what string, ask, confirm bool) ([]byte, error
 		return Prompt(what, confirm)
 	}
 	return nil, fmt.Errorf("no %s: set the option passfile or extpass, or mount with 'cairn mount' from a terminal", what)
+}
+
+// Keys in memory. The raw keys of a volume live in pages of their own,
+// locked into memory (mlock, so they do not reach swap) when the process's
+// RLIMIT_MEMLOCK allows, and excluded from core dumps (MADV_DONTDUMP); the
+// process is also made non-dumpable (PR_SET_DUMPABLE 0: no core dump, no
+// ptrace by other processes of the same user). The ciphers' expanded key
+// schedules are on the Go heap, which these calls do not cover
+// (docs/crypt.md).
+
+var keyMem struct {
+	sync.Mutex
+	page   []byte // the current page; keys are carved from it
+	used   int
+	locked int // bytes locked so far
+}
+
+// maxLocked bounds the memory the layer locks (a few volumes' keys).
+const maxLocked = 64 << 10
+
+// protectProcess makes the process non-dumpable.
+func protectProcess() {
+	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+}
+
+// keep moves a key into protected memory and clears the original.
+func keep(k []byte) []byte {
+	keyMem.Lock()
+	defer keyMem.Unlock()
+	if keyMem.used+len(k) > len(keyMem.page) {
+		size := max(4096, (len(k)+4095)&^4095)
+		b, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			// No mapping: the key stays on the heap.
+			return k
+		}
+		unix.Madvise(b, unix.MADV_DONTDUMP)
+		if keyMem.locked+size <= maxLocked && unix.Mlock(b) == nil {
+			keyMem.locked += size
+		}
+		keyMem.page, keyMem.used = b, 0
+	}
+	d := keyMem.page[keyMem.used : keyMem.used+len(k) : keyMem.used+len(k)]
+	keyMem.used += len(k)
+	copy(d, k)
+	clear(k)
+	return d
 }

@@ -104,7 +104,9 @@ func (fs *FS) Setxattr(ctx context.Context, path, name string, value []byte, fla
 		return err
 	}
 	nonce := make([]byte, fs.meta.NonceSize())
-	io.ReadFull(fs.rand, nonce)
+	if _, err := io.ReadFull(fs.rand, nonce); err != nil {
+		return randErr(err)
+	}
 	sealed := fs.meta.Seal(nonce, nonce, value, []byte(xattrValAD+lname))
 	return fs.Lower.Setxattr(ctx, lp, lname, sealed, flags)
 }

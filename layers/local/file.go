@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"math"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -158,7 +159,8 @@ func (f *File) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, flags ui
 
 func toFlock(lk *layer.Lock) unix.Flock_t {
 	fl := unix.Flock_t{Type: int16(lk.Type), Whence: 0, Start: int64(lk.Start)}
-	if lk.End != ^uint64(0) {
+	// To the end of the file: ^uint64(0), or OFFSET_MAX as the kernel says it.
+	if lk.End != ^uint64(0) && lk.End < math.MaxInt64 {
 		fl.Len = int64(lk.End - lk.Start + 1)
 	}
 	return fl

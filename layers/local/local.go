@@ -8,16 +8,17 @@
 // cache of recently used directories hold descriptors, so the number of
 // descriptors does not grow with the number of files (see dirCache).
 //
-// Objects are created with the caller's identity: the creating thread takes
-// the caller's fsuid, fsgid and supplementary groups, so ownership, setgid
-// directories and the lower file system's own permission checks are right.
+// Objects are created with the caller's identity and umask: the creating
+// thread takes the caller's fsuid, fsgid and supplementary groups, so
+// ownership, setgid directories and the lower file system's own permission
+// checks are right, and the caller's umask (or a default ACL of the
+// directory instead), not the daemon's (see creators).
 package local
 
 import (
 	"context"
 	"fmt"
 	"os"
-	"runtime"
 	"syscall"
 	"unsafe"
 
@@ -32,6 +33,8 @@ type FS struct {
 	rootFd  int
 	asOwner bool // running as root: create objects as the caller
 	dirs    dirCache
+	// creators run the calls that create objects (see asCaller).
+	creators creators
 }
 
 var _ layer.FS = (*FS)(nil)
@@ -51,6 +54,7 @@ func (fs *FS) Root() string { return fs.root }
 func (fs *FS) Lowers() []layer.FS     { return nil }
 func (fs *FS) Changes() layer.Changes { return 0 }
 func (fs *FS) Close() error {
+	fs.creators.close()
 	fs.dirs.close()
 	return unix.Close(fs.rootFd)
 }
@@ -262,30 +266,11 @@ func readDirents(fd int) ([]layer.DirEntry, error) {
 	}
 }
 
-// asCaller runs fn on a thread whose file-system identity is the caller's,
-// so that what fn creates belongs to the caller.
+// asCaller runs fn, which creates an object, on a creator thread (see
+// creators): with the caller's umask, and as the caller when the daemon runs
+// as root, so that what fn creates has the caller's mode and belongs to it.
 func (fs *FS) asCaller(ctx context.Context, fn func() error) error {
-	c := layer.CallerOf(ctx)
-	if !fs.asOwner || c.Uid == 0 && c.Gid == 0 {
-		return fn()
-	}
-	groups := c.Groups()
-	runtime.LockOSThread()
-	// The raw syscalls change this thread only (glibc-style all-thread
-	// set*id is exactly what we must avoid here).
-	if err := setgroups(groups); err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	unix.RawSyscall(unix.SYS_SETFSGID, uintptr(c.Gid), 0, 0)
-	unix.RawSyscall(unix.SYS_SETFSUID, uintptr(c.Uid), 0, 0)
-	err := fn()
-	unix.RawSyscall(unix.SYS_SETFSUID, 0, 0, 0)
-	unix.RawSyscall(unix.SYS_SETFSGID, 0, 0, 0)
-	if setgroups(nil) == nil {
-		runtime.UnlockOSThread()
-	} // else: the thread stays locked and dies with the goroutine's end
-	return err
+	return fs.creators.run(layer.CallerOf(ctx), fs.asOwner, fn)
 }
 
 func setgroups(g []uint32) error {

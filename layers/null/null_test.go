@@ -50,12 +50,27 @@ func TestInProcess(t *testing.T) {
 	}
 }
 
+// TestFsxThroughMount runs the model through a null stack, which uses
+// passthrough: no read or write of the model reaches the daemon (counted
+// under the null layer), and the lower files hold the model's bytes.
 func TestFsxThroughMount(t *testing.T) {
-	lower, fs := stack(t)
+	lower := t.TempDir()
+	l, err := local.New(lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mounttest.CountIO(l)
+	fs := null.New(c)
+	t.Cleanup(func() { layer.CloseStack(fs) })
 	m := mounttest.Mount(t, fs)
 	if !m.Server.Passthrough {
 		t.Fatal("a null stack must use passthrough")
 	}
+	defer func() {
+		if n, w := c.Reads.Load(), c.Writes.Load(); n != 0 || w != 0 {
+			t.Errorf("passthrough on, but %d reads and %d writes reached the daemon", n, w)
+		}
+	}()
 	fsx.Run(t, fsx.Config{Dir: m.Dir, Ops: 20000, Punch: true,
 		Check: func(name string, want []byte) error {
 			got, err := os.ReadFile(filepath.Join(lower, name))
@@ -70,9 +85,19 @@ func TestFsxThroughMount(t *testing.T) {
 }
 
 func TestFsxNoPassthrough(t *testing.T) {
-	_, fs := stack(t)
+	l, err := local.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mounttest.CountIO(l)
+	fs := null.New(c)
+	t.Cleanup(func() { layer.CloseStack(fs) })
 	m := mounttest.MountOpts(t, fs, mountOpts(true))
 	fsx.Run(t, fsx.Config{Dir: m.Dir, Ops: 10000, Punch: true})
+	// The counter sees I/O when there is some to see.
+	if c.Reads.Load() == 0 || c.Writes.Load() == 0 {
+		t.Fatalf("passthrough off, but %d reads and %d writes reached the daemon", c.Reads.Load(), c.Writes.Load())
+	}
 }
 
 // TestFsxMmapProcess runs the model with mmap against a mount served by a

@@ -36,6 +36,9 @@ type Options struct {
 	// Output is "file" (Log), "stdout" or "syslog".
 	Output string
 	Log    string
+	// SyslogSocket is the unix datagram socket of syslog (default: the
+	// system's, /dev/log); tests point it at a socket of their own.
+	SyslogSocket string
 	// Ops, Paths and Uids filter what is logged; empty means everything.
 	// Paths are pathmatch patterns; an operation with two paths (rename,
 	// link) is logged if either matches.
@@ -90,7 +93,7 @@ func New(lower layer.FS, o Options) (*FS, error) {
 	if o.Queue <= 0 {
 		o.Queue = 8192
 	}
-	w, err := newWriter(o.Output, o.Log, o.Queue)
+	w, err := newWriter(o.Output, o.Log, o.SyslogSocket, o.Queue)
 	if err != nil {
 		return nil, fmt.Errorf("snoop: %w", err)
 	}

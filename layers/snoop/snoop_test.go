@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -257,11 +258,21 @@ func TestUsersThroughMount(t *testing.T) {
 
 func itoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
 
-// TestIOLogsEveryRead: with io = true, passthrough is refused and reads and
-// writes are logged; fsx checks that the data path is intact.
+// TestIOLogsEveryRead: with io = true, passthrough is refused and every
+// read and write is logged: as many records, with as many bytes, as reached
+// the layer below snoop; fsx checks that the data path is intact.
 func TestIOLogsEveryRead(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "log.jsonl")
-	_, fs := stack(t, snoop.Options{Log: log, IO: true})
+	l, err := local.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mounttest.CountIO(l) // what passes through snoop to the lower layer
+	fs, err := snoop.New(c, snoop.Options{Log: log, IO: true, Queue: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer layer.CloseStack(fs)
 	m := mounttest.Mount(t, fs)
 	if err := os.WriteFile(m.Path("f"), []byte("data"), 0o644); err != nil {
 		t.Fatal(err)
@@ -273,16 +284,26 @@ func TestIOLogsEveryRead(t *testing.T) {
 	m.Unmount()
 	fs.Close()
 	var reads, writes int
+	var readBytes, wrotBytes int64
 	for _, r := range records(t, log) {
 		switch r.Op {
 		case "read":
 			reads++
+			readBytes += r.Bytes
 		case "write":
 			writes++
+			wrotBytes += r.Bytes
+		case "dropped":
+			t.Fatalf("%d records dropped", r.Count)
 		}
 	}
-	if reads == 0 || writes == 0 {
-		t.Fatalf("io = true logged %d reads, %d writes", reads, writes)
+	cr, cw := int(c.Reads.Load()), int(c.Writes.Load())
+	if cr < 100 || cw < 100 {
+		t.Fatalf("only %d reads and %d writes reached the lower layer", cr, cw)
+	}
+	if reads != cr || writes != cw || readBytes != c.ReadBytes.Load() || wrotBytes != c.WriteBytes.Load() {
+		t.Fatalf("logged %d reads (%d bytes) and %d writes (%d bytes); the lower layer got %d reads (%d bytes) and %d writes (%d bytes)",
+			reads, readBytes, writes, wrotBytes, cr, c.ReadBytes.Load(), cw, c.WriteBytes.Load())
 	}
 }
 
@@ -380,22 +401,42 @@ path = "`+lower+`"
 	}
 }
 
-// TestSyslog: records go to syslog when there is one; without one, the
-// layer says so instead of dropping everything.
+// TestSyslog: records go to syslog, here a socket of the test's own that
+// stands for /dev/log; without a syslog, the layer says so instead of
+// dropping everything.
 func TestSyslog(t *testing.T) {
-	fs, err := snoop.New(layer.FS(nil), snoop.Options{Output: "syslog"})
-	if _, statErr := os.Stat("/dev/log"); statErr != nil {
-		if err == nil || !strings.Contains(err.Error(), "syslog") {
-			t.Fatalf("no syslog here, and New says %v", err)
-		}
-		t.Logf("without syslog: %v", err)
-		return
+	sock := filepath.Join(t.TempDir(), "log")
+	if _, err := snoop.New(layer.FS(nil), snoop.Options{Output: "syslog", SyslogSocket: sock}); err == nil || !strings.Contains(err.Error(), "syslog") {
+		t.Fatalf("no syslog listening, and New says %v", err)
 	}
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fs.After(context.Background(), &layer.Op{Name: "getattr", Start: time.Now()})
+	defer conn.Close()
+	fs, err := snoop.New(layer.FS(nil), snoop.Options{Output: "syslog", SyslogSocket: sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.After(context.Background(), &layer.Op{Name: "mkdir", Path: "seen/dir", Start: time.Now()})
 	if err := fs.Close(); err != nil || fs.Dropped() != 0 {
 		t.Fatalf("close: %v, dropped %d", err, fs.Dropped())
+	}
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 64<<10)
+	n, err := conn.Read(buf)
+	if err != nil {
+		t.Fatalf("syslog received nothing: %v", err)
+	}
+	msg := string(buf[:n])
+	// <30>: LOG_DAEMON|LOG_INFO; then the tag and the record as JSON.
+	i := strings.Index(msg, "cairn-snoop[")
+	j := strings.Index(msg, "{")
+	if !strings.HasPrefix(msg, "<30>") || i < 0 || j < i {
+		t.Fatalf("syslog message %q", msg)
+	}
+	var r snoop.Record
+	if err := json.Unmarshal([]byte(strings.TrimSpace(msg[j:])), &r); err != nil || r.Op != "mkdir" || r.Path != "seen/dir" {
+		t.Fatalf("syslog record %q: %+v %v", msg[j:], r, err)
 	}
 }

@@ -38,7 +38,7 @@ type writer struct {
 	failed  bool // the last write failed (logged once)
 }
 
-func newWriter(output, path string, queue int) (*writer, error) {
+func newWriter(output, path, syslogAddr string, queue int) (*writer, error) {
 	w := &writer{q: make(chan Record, queue), reopenc: make(chan chan error),
 		quit: make(chan struct{}), done: make(chan struct{}), path: path}
 	switch output {
@@ -52,7 +52,13 @@ func newWriter(output, path string, queue int) (*writer, error) {
 	case "stdout":
 		w.buf = bufio.NewWriterSize(os.Stdout, 64<<10)
 	case "syslog":
-		s, err := syslog.New(syslog.LOG_INFO|syslog.LOG_DAEMON, "cairn-snoop")
+		var s *syslog.Writer
+		var err error
+		if syslogAddr == "" {
+			s, err = syslog.New(syslog.LOG_INFO|syslog.LOG_DAEMON, "cairn-snoop")
+		} else {
+			s, err = syslog.Dial("unixgram", syslogAddr, syslog.LOG_INFO|syslog.LOG_DAEMON, "cairn-snoop")
+		}
 		if err != nil {
 			return nil, fmt.Errorf("cannot reach syslog: %w", err)
 		}

@@ -1,0 +1,142 @@
+package local
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"cairn/layer"
+)
+
+// creators run the system calls that create objects (open with O_CREAT,
+// mkdirat, mknodat, symlinkat) on OS threads of their own, so that
+//   - the new object's mode is exactly what the caller asked for under its
+//     own umask (layer.Caller.Umask), whatever the daemon's umask is: each
+//     thread has a private fs_struct (unshare(CLONE_FS)), whose umask is
+//     set per call, and the lower file system applies it, or a default ACL
+//     of the directory instead, as it does for any process;
+//   - the object belongs to the caller: the thread takes the caller's
+//     fsuid, fsgid and supplementary groups for the call (when the daemon
+//     runs as root).
+//
+// A thread whose identity could not be restored is never reused: its
+// goroutine ends while locked to it, and the runtime ends the thread.
+type creators struct {
+	mu      sync.Mutex
+	jobs    chan *job
+	quit    chan struct{}
+	running int
+	closed  bool
+}
+
+// maxCreators bounds the threads; more concurrent creates wait for one.
+const maxCreators = 16
+
+var errClosed = errors.New("local: the layer is closed")
+
+type job struct {
+	c       *layer.Caller
+	asOwner bool
+	fn      func() error
+	done    chan error
+}
+
+// run runs fn on a creator thread with c's umask and, if asOwner, c's
+// file-system identity.
+func (cs *creators) run(c *layer.Caller, asOwner bool, fn func() error) error {
+	cs.mu.Lock()
+	if cs.closed {
+		cs.mu.Unlock()
+		return errClosed
+	}
+	if cs.jobs == nil {
+		cs.jobs, cs.quit = make(chan *job), make(chan struct{})
+	}
+	jobs, quit := cs.jobs, cs.quit
+	cs.mu.Unlock()
+	j := &job{c: c, asOwner: asOwner, fn: fn, done: make(chan error, 1)}
+	select {
+	case jobs <- j:
+	case <-quit:
+		return errClosed
+	default:
+		// No idle thread: start one if the bound allows, then wait for
+		// whichever is free first.
+		cs.mu.Lock()
+		if cs.running < maxCreators {
+			cs.running++
+			go cs.work(jobs, quit)
+		}
+		cs.mu.Unlock()
+		select {
+		case jobs <- j:
+		case <-quit:
+			return errClosed
+		}
+	}
+	return <-j.done
+}
+
+func (cs *creators) close() {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.closed = true
+	if cs.quit != nil {
+		close(cs.quit)
+	}
+}
+
+func (cs *creators) work(jobs chan *job, quit chan struct{}) {
+	// Never unlocked: the thread's fs_struct is its own from here on, and
+	// it ends with this goroutine.
+	runtime.LockOSThread()
+	defer func() {
+		cs.mu.Lock()
+		cs.running--
+		cs.mu.Unlock()
+	}()
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		err = fmt.Errorf("local: cannot give a thread its own umask (unshare CLONE_FS): %w", err)
+		select {
+		case j := <-jobs:
+			j.done <- err
+		case <-quit:
+		}
+		return
+	}
+	for {
+		select {
+		case j := <-jobs:
+			err, reusable := j.do()
+			j.done <- err
+			if !reusable {
+				return
+			}
+		case <-quit:
+			return
+		}
+	}
+}
+
+// do runs the job on the current (creator) thread and reports whether the
+// thread's identity is the daemon's again.
+func (j *job) do() (error, bool) {
+	unix.Umask(int(j.c.Umask & 0o777))
+	if !j.asOwner || j.c.Uid == 0 && j.c.Gid == 0 {
+		return j.fn(), true
+	}
+	// The raw system calls change this thread only (glibc-style all-thread
+	// set*id is exactly what we must avoid here).
+	if err := setgroups(j.c.Groups()); err != nil {
+		return err, setgroups(nil) == nil
+	}
+	unix.RawSyscall(unix.SYS_SETFSGID, uintptr(j.c.Gid), 0, 0)
+	unix.RawSyscall(unix.SYS_SETFSUID, uintptr(j.c.Uid), 0, 0)
+	err := j.fn()
+	unix.RawSyscall(unix.SYS_SETFSUID, 0, 0, 0)
+	unix.RawSyscall(unix.SYS_SETFSGID, 0, 0, 0)
+	return err, setgroups(nil) == nil
+}
