@@ -28,7 +28,7 @@ esac
 if [ -n "$xsel" ]; then
 	for stack in null crypt; do
 		# shellcheck disable=SC2086
-		xfstests/run --stack "$stack" $xsel || xst=1
+		xfstests/run --stack "$stack" -j 2 $xsel || xst=1
 	done
 fi
 # -- end of xfstests
