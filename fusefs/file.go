@@ -16,6 +16,8 @@ type file struct {
 	f    layer.File
 	path string // at open time, for log lines
 	st   *state
+	req  <-chan struct{} // the OPEN or CREATE request's (see handedOver)
+	ptfd int             // a descriptor handed to the kernel, until it holds the file; guarded by st.handMu
 	// ino and writable serve Flush: the kernel's cached attributes of a
 	// writable file passed through (passed) are not told of writes made
 	// through a shared mapping.
@@ -37,17 +39,60 @@ var (
 	_ fs.FilePassthroughFder = (*file)(nil)
 )
 
-func (st *state) newFile(f layer.File, path string, ino *fs.Inode, flags uint32) *file {
-	return &file{f: f, path: path, st: st, ino: ino, writable: flags&syscall.O_ACCMODE != syscall.O_RDONLY}
+func (st *state) newFile(ctx context.Context, f layer.File, path string, ino *fs.Inode, flags uint32) *file {
+	nf := &file{f: f, path: path, st: st, ptfd: -1, ino: ino, writable: flags&syscall.O_ACCMODE != syscall.O_RDONLY}
+	if fc, ok := ctx.(*fuse.Context); ok {
+		nf.req = fc.Cancel
+	}
+	return nf
 }
 
+// PassthroughFd gives go-fuse a descriptor to register with the kernel as
+// the file's backing file. The layer's PassthroughFd returns a new
+// descriptor; the kernel takes its own reference when go-fuse registers it,
+// within the same request, so it is closed when the request is done
+// (rawFS.Open, rawFS.Create; a descriptor that escapes them is closed at
+// release), and the daemon holds no descriptor for a passed-through file
+// that it does not use otherwise.
 func (f *file) PassthroughFd() (int, bool) {
 	if !f.st.passthrough {
 		return -1, false
 	}
 	fd, ok := f.f.PassthroughFd()
 	f.passed.Store(ok)
-	return fd, ok
+	if !ok {
+		return -1, false
+	}
+	f.st.handMu.Lock()
+	f.ptfd = fd
+	if f.st.handed == nil {
+		f.st.handed = make(map[<-chan struct{}][]*file)
+	}
+	f.st.handed[f.req] = append(f.st.handed[f.req], f)
+	f.st.handMu.Unlock()
+	return fd, true
+}
+
+// closeHanded closes the descriptor handed to the kernel, if still open.
+func (f *file) closeHanded() {
+	f.st.handMu.Lock()
+	defer f.st.handMu.Unlock()
+	if f.ptfd >= 0 {
+		syscall.Close(f.ptfd)
+		f.ptfd = -1
+	}
+}
+
+// handedOver runs when an OPEN or CREATE request is done: the kernel holds
+// the files registered in it.
+func (st *state) handedOver(req <-chan struct{}) {
+	st.handMu.Lock()
+	files := st.handed[req]
+	delete(st.handed, req)
+	st.handMu.Unlock()
+	for _, f := range files {
+		f.closeHanded()
+	}
 }
 
 func (f *file) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
@@ -84,6 +129,7 @@ func (f *file) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 }
 
 func (f *file) Release(ctx context.Context) syscall.Errno {
+	f.closeHanded()
 	return f.st.errno("release", f.path, f.f.Release(callerCtx(ctx)))
 }
 
@@ -93,6 +139,7 @@ func (f *file) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
 		return f.st.errno("getattr", f.path, err)
 	}
 	fillAttr(&a, &out.Attr)
+	out.Ino = f.st.inos.ino(a.ID())
 	return 0
 }
 
@@ -180,7 +227,11 @@ func (d *dir) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
 	e := &d.ents[d.pos-dots]
 	d.pos++
 	d.last = e
-	return &fuse.DirEntry{Name: e.Name, Mode: e.Mode, Ino: e.Ino, Off: uint64(d.pos)}, 0
+	id := layer.ID{Dev: d.n.id.Dev, Branch: d.n.id.Branch, Ino: e.Ino}
+	if e.Attr != nil {
+		id = e.Attr.ID()
+	}
+	return &fuse.DirEntry{Name: e.Name, Mode: e.Mode, Ino: d.n.st.inos.direntIno(id), Off: uint64(d.pos)}, 0
 }
 
 // Lookup serves READDIRPLUS with the attributes that came with the listing.

@@ -510,7 +510,8 @@ func TestCallerReachesLayers(t *testing.T) {
 }
 
 func TestFanOutMux(t *testing.T) {
-	d0, d1 := t.TempDir(), t.TempDir()
+	// Two file systems: their first files have equal inode numbers.
+	d0, d1 := mounttest.Tmpfs(t, ""), mounttest.Tmpfs(t, "")
 	l0, _ := local.New(d0)
 	l1, _ := local.New(d1)
 	mx, err := mux.New([]layer.FS{l0, null.New(l1)}, []string{"left", "right"})
@@ -527,6 +528,9 @@ func TestFanOutMux(t *testing.T) {
 	mustWrite(t, m.Path("right/b"), "R")
 	if mustRead(t, filepath.Join(d0, "a")) != "L" || mustRead(t, filepath.Join(d1, "b")) != "R" {
 		t.Fatal("files did not land in their lowers")
+	}
+	if mustRead(t, m.Path("left/a")) != "L" || mustRead(t, m.Path("right/b")) != "R" {
+		t.Fatal("the mount does not read back what each lower holds")
 	}
 	if err := os.Rename(m.Path("left/a"), m.Path("right/a")); !errors.Is(err, syscall.EXDEV) {
 		t.Fatalf("rename across lowers: %v, want EXDEV", err)

@@ -385,7 +385,7 @@ var lockStacks = []struct {
 	{"crypt", func(t *testing.T, lower string) layer.FS {
 		l := newLocal(t, lower)
 		pass := []byte("lock test passphrase")
-		if _, err := crypt.Init(context.Background(), l, crypt.InitParams{KDF: crypt.KDF{Name: crypt.Scrypt, N: 1 << 10, R: 8, P: 1}}, pass); err != nil {
+		if _, err := crypt.Init(context.Background(), l, crypt.InitParams{KDF: crypt.KDF{Name: crypt.Scrypt, N: crypt.ScryptMinN, R: 8, P: 1}}, pass); err != nil {
 			t.Fatal(err)
 		}
 		fs, err := crypt.Unlock(context.Background(), l, pass, false, crypt.Options{})

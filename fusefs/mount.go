@@ -114,7 +114,10 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 	if !ra.IsDir() {
 		return nil, fmt.Errorf("the stack's root is not a directory")
 	}
-	st.root = &node{st: st}
+	// The root's file system takes the first namespace: its files keep
+	// the lower's inode numbers (see inoMap).
+	st.root = &node{st: st, id: ra.ID()}
+	rootIno := st.inos.ino(st.root.id)
 	fsname := o.FsName
 	if fsname == "" {
 		fsname = "cairn"
@@ -181,7 +184,7 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		EntryTimeout:    timeout(o.EntryTimeout, DefaultEntryTimeout),
 		AttrTimeout:     timeout(o.AttrTimeout, DefaultAttrTimeout),
 		NegativeTimeout: timeout(o.NegativeTimeout, DefaultNegativeTimeout),
-		RootStableAttr:  &fs.StableAttr{Mode: syscall.S_IFDIR, Ino: ra.Ino},
+		RootStableAttr:  &fs.StableAttr{Mode: syscall.S_IFDIR, Ino: rootIno},
 		// Report the lower's permission bits exactly: without this, go-fuse
 		// turns mode 0000 into 0644 (0755 for directories), and the kernel
 		// then lets every user read a file nobody may read.
@@ -205,15 +208,23 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 // leaves it to us, so that a default ACL of the directory can replace it),
 // and the flags of a SETXATTR (CAP_SETXATTR_EXT). They travel keyed by the
 // request's cancel channel, which belongs to one request while it is served
-// (see state.extras).
+// (see state.extras). At the end of an OPEN or CREATE, it closes the
+// descriptors handed to the kernel for passthrough in it (see
+// file.PassthroughFd).
 type rawFS struct {
 	fuse.RawFileSystem
 	st *state
 }
 
+func (r *rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	defer r.st.handedOver(cancel)
+	return r.RawFileSystem.Open(cancel, in, out)
+}
+
 func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
 	r.st.extras.Store(cancel, in.Umask)
 	defer r.st.extras.Delete(cancel)
+	defer r.st.handedOver(cancel)
 	return r.RawFileSystem.Create(cancel, in, name, out)
 }
 

@@ -27,6 +27,9 @@ type state struct {
 	acl         bool // the kernel handles POSIX ACLs (allow_other mounts)
 	log         *slog.Logger
 	root        *node
+	inos        inoMap
+	handMu      sync.Mutex
+	handed      map[<-chan struct{}][]*file // by request: descriptors handed to the kernel
 	// extras maps the cancel channel of a request in flight to what rawFS
 	// found in it: the umask of a create, mkdir or mknod, the SETXATTR
 	// flags of a setxattr.
@@ -115,6 +118,7 @@ func (st *state) creatorCtx(ctx context.Context) context.Context {
 type node struct {
 	fs.Inode
 	st *state
+	id layer.ID // the object's identity (see inoMap)
 }
 
 var (
@@ -138,6 +142,7 @@ var (
 	_ fs.NodeRemovexattrer  = (*node)(nil)
 	_ fs.NodeStatfser       = (*node)(nil)
 	_ fs.NodeCopyFileRanger = (*node)(nil)
+	_ fs.NodeOnForgetter    = (*node)(nil)
 )
 
 // path is the node's path in the stack; false if the node was removed.
@@ -193,8 +198,9 @@ func (st *state) errno(op, path string, err error) syscall.Errno {
 	return e
 }
 
+// fillAttr fills out from a, all but the inode number, which is the node's
+// (see inoMap).
 func fillAttr(a *layer.Attr, out *fuse.Attr) {
-	out.Ino = a.Ino
 	out.Size = a.Size
 	out.Blocks = a.Blocks
 	out.Atime, out.Atimensec = uint64(a.Atime.Sec), uint32(a.Atime.Nsec)
@@ -207,12 +213,18 @@ func fillAttr(a *layer.Attr, out *fuse.Attr) {
 	out.Blksize = a.Blksize
 }
 
-// newChild makes (or finds, by inode number) the Inode for a looked-up or
+// newChild makes (or finds, by identity) the Inode for a looked-up or
 // created object and fills out.
 func (n *node) newChild(ctx context.Context, a *layer.Attr, out *fuse.EntryOut) *fs.Inode {
 	fillAttr(a, &out.Attr)
-	return n.NewInode(ctx, &node{st: n.st}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino})
+	id := a.ID()
+	ino := n.st.inos.ino(id)
+	out.Attr.Ino = ino
+	return n.NewInode(ctx, &node{st: n.st, id: id}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: ino})
 }
+
+// OnForget: the kernel has forgotten the node.
+func (n *node) OnForget() { n.st.inos.forget(n.id, n.StableAttr().Ino) }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	p, ok := n.child(name)
@@ -247,6 +259,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		return n.st.errno("getattr", p, err)
 	}
 	fillAttr(&a, &out.Attr)
+	out.Ino = n.StableAttr().Ino
 	return 0
 }
 
@@ -327,6 +340,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		}
 	}
 	fillAttr(&a, &out.Attr)
+	out.Ino = n.StableAttr().Ino
 	return 0
 }
 
@@ -381,7 +395,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if err != nil {
 		return nil, 0, n.st.errno("open", p, err)
 	}
-	return n.st.newFile(lf, p, &n.Inode, flags), n.st.openFlags(lf), 0
+	return n.st.newFile(ctx, lf, p, &n.Inode, flags), n.st.openFlags(lf), 0
 }
 
 // openFlags keeps the kernel's page cache across opens of a file that says
@@ -403,7 +417,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, n.st.errno("create", p, err)
 	}
 	ch := n.newChild(ctx, &a, out)
-	return ch, n.st.newFile(lf, p, ch, flags), n.st.openFlags(lf), 0
+	return ch, n.st.newFile(ctx, lf, p, ch, flags), n.st.openFlags(lf), 0
 }
 
 // made finishes an operation that creates a directory entry.

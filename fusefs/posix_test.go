@@ -58,7 +58,7 @@ func mountStack(t *testing.T, name string) posixStack {
 		top, err = codec.New(l, "zstd", codec.Options{Level: 1})
 	case "crypt":
 		pass := []byte("posix test")
-		if _, err = crypt.Init(context.Background(), l, crypt.InitParams{KDF: crypt.KDF{Name: crypt.Scrypt, N: 1 << 10, R: 8, P: 1}}, pass); err == nil {
+		if _, err = crypt.Init(context.Background(), l, crypt.InitParams{KDF: crypt.KDF{Name: crypt.Scrypt, N: crypt.ScryptMinN, R: 8, P: 1}}, pass); err == nil {
 			top, err = crypt.Unlock(context.Background(), l, pass, false, crypt.Options{})
 		}
 	case "snoop+acl":

@@ -98,10 +98,12 @@ type File interface {
 	Getlk(ctx context.Context, owner uint64, lk *Lock, flags uint32) (Lock, error)
 	Setlk(ctx context.Context, owner uint64, lk *Lock, flags uint32, wait bool) error
 
-	// PassthroughFd returns a descriptor of the lower file whose bytes are
-	// exactly this file's bytes, so the kernel may do the I/O itself. A layer
-	// that changes data must return false (the frontend also refuses
-	// passthrough when any layer of the stack declares ChangesData).
+	// PassthroughFd returns a new descriptor of the lower file whose bytes
+	// are exactly this file's bytes, so the kernel may do the I/O itself;
+	// the caller closes it (it shares the file's open file description,
+	// which it keeps alive, locks included, while open). A layer that
+	// changes data must return false (the frontend also refuses passthrough
+	// when any layer of the stack declares ChangesData).
 	PassthroughFd() (int, bool)
 }
 
@@ -185,8 +187,16 @@ func CloseStack(fs FS) error {
 type Time = unix.Timespec
 
 // Attr are a file's attributes, as stat(2) gives them.
+//
+// Dev, Branch and Ino together name the object (see ID): Dev and Ino are the
+// lower file system's device and inode numbers (local sets them from stat),
+// and Branch tells apart the lowers of fan-out layers, which may hold equal
+// (Dev, Ino) pairs. Layers that change nothing else carry the three as they
+// come. The frontend makes the st_ino an application sees from them.
 type Attr struct {
 	Ino     uint64
+	Dev     uint64
+	Branch  uint64 // see TagBranch; 0 below every fan-out layer
 	Size    uint64
 	Blocks  uint64 // 512-byte blocks
 	Atime   Time
@@ -203,11 +213,27 @@ type Attr struct {
 // AttrFromStat converts a stat(2) result.
 func AttrFromStat(st *unix.Stat_t) Attr {
 	return Attr{
-		Ino: st.Ino, Size: uint64(st.Size), Blocks: uint64(st.Blocks),
+		Ino: st.Ino, Dev: st.Dev, Size: uint64(st.Size), Blocks: uint64(st.Blocks),
 		Atime: st.Atim, Mtime: st.Mtim, Ctime: st.Ctim,
 		Mode: st.Mode, Nlink: uint32(st.Nlink), Uid: st.Uid, Gid: st.Gid,
 		Rdev: st.Rdev, Blksize: uint32(st.Blksize),
 	}
+}
+
+// ID names one object of a stack: equal IDs are the same object (hard
+// links share one), different IDs are different objects while both exist.
+type ID struct{ Dev, Branch, Ino uint64 }
+
+// ID is the object's identity.
+func (a *Attr) ID() ID { return ID{Dev: a.Dev, Branch: a.Branch, Ino: a.Ino} }
+
+// TagBranch marks a as coming through lower i of a fan-out layer with n
+// lowers, so that objects of different lowers never share an ID, even when
+// two lowers are one file system. Fan-out layers over fan-out layers nest
+// the tags: each level is one digit (1..n) in base n+1, so the tag stays
+// unique along every path down the stack.
+func TagBranch(a *Attr, i, n int) {
+	a.Branch = a.Branch*uint64(n+1) + uint64(i+1)
 }
 
 // IsDir, IsRegular and IsSymlink test the type bits.
@@ -244,7 +270,7 @@ type SetAttr struct {
 type DirEntry struct {
 	Name string
 	Mode uint32 // type bits; 0 if unknown
-	Ino  uint64
+	Ino  uint64 // on the directory's own device and branch (as getdents says)
 	// Attr is set when ReadDir was asked for attributes and had them.
 	Attr *Attr
 }

@@ -156,6 +156,7 @@ Flags:
 	for name, b := range secrets {
 		s.Layers[name].Values[registry.SecretKey] = b
 	}
+	raiseNofile()
 	stack, err := s.Build()
 	if err != nil {
 		report("spec: " + err.Error())
@@ -486,6 +487,18 @@ Flags:
 		return fail(err, exitFailed)
 	}
 	return exitOK
+}
+
+// raiseNofile raises the soft limit of open descriptors to the hard one
+// before the stack is built: the local layer bounds the descriptors of open
+// files by half of it. (The Go runtime does the same at start; this makes
+// it explicit where it matters.)
+func raiseNofile() {
+	var rl syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl) == nil && rl.Cur < rl.Max {
+		rl.Cur = rl.Max
+		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
+	}
 }
 
 // holdMountpoint locks the directory a mount will cover (before it is

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -50,12 +51,21 @@ type Process struct {
 	Log  string // the daemon's standard error
 	t    testing.TB
 	done bool
+	// Nofile, if set, is the daemon's limit of open descriptors (ulimit -n).
+	nofile int
 }
 
 // MountSpec writes spec to a file and mounts it with `cairn mount -f` in a
 // child process, returning once the mount is ready. Extra arguments go to
 // cairn mount before the spec. The mount is removed when the test ends.
 func MountSpec(t testing.TB, spec string, extra ...string) *Process {
+	t.Helper()
+	return MountSpecNofile(t, spec, 0, extra...)
+}
+
+// MountSpecNofile is MountSpec with the daemon's limit of open descriptors
+// (soft and hard) set to nofile, if not 0.
+func MountSpecNofile(t testing.TB, spec string, nofile int, extra ...string) *Process {
 	t.Helper()
 	Need(t)
 	dir := t.TempDir()
@@ -69,7 +79,7 @@ func MountSpec(t testing.TB, spec string, extra ...string) *Process {
 	if err := os.WriteFile(sp, []byte(spec), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := &Process{Dir: mnt, Log: filepath.Join(dir, "cairn.log"), t: t}
+	p := &Process{Dir: mnt, Log: filepath.Join(dir, "cairn.log"), t: t, nofile: nofile}
 	p.start(sp, extra)
 	t.Cleanup(p.Unmount)
 	return p
@@ -97,6 +107,9 @@ func (p *Process) start(spec string, extra []string) {
 	args := append([]string{"mount", "-f", "--allow-other"}, extra...)
 	args = append(args, spec, p.Dir)
 	cmd := exec.Command(Binary(t), args...)
+	if p.nofile > 0 {
+		cmd = exec.Command("sh", append([]string{"-c", `ulimit -n "$0" && exec "$@"`, strconv.Itoa(p.nofile), Binary(t)}, args...)...)
+	}
 	cmd.Env = append(os.Environ(), "CAIRN_DAEMON_READY_FD=3")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.ExtraFiles = []*os.File{w}

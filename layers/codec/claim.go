@@ -60,6 +60,7 @@ func (fs *FS) claim(ctx context.Context) error {
 		return nil
 	}
 	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		unix.Close(fd)
 		d.Release(ctx)
 		if err == unix.EWOULDBLOCK {
 			return &InUseError{Codec: fs.kind.Name, Dir: lowerDir(fs.Lower)}
@@ -67,7 +68,7 @@ func (fs *FS) claim(ctx context.Context) error {
 		return fmt.Errorf("locking the %s layer's lower directory: %w", fs.kind.Name, err)
 	}
 	fs.mu.Lock()
-	fs.claimed = d
+	fs.claimed, fs.claimFd = d, fd // the lock lives while fd is open
 	fs.mu.Unlock()
 	return nil
 }

@@ -241,7 +241,7 @@ func (f *File) lockFile(ctx context.Context) (layer.File, error) {
 	if err != nil {
 		return nil, syscall.ENOLCK
 	}
-	if a, err := lf.Getattr(ctx); err != nil || a.Ino != f.st.ino {
+	if a, err := lf.Getattr(ctx); err != nil || a.ID() != f.st.ino {
 		lf.Release(ctx)
 		return nil, syscall.ENOLCK // renamed since it was opened
 	}

@@ -44,12 +44,13 @@ type FS struct {
 	logger     *slog.Logger
 
 	mu     sync.Mutex
-	states map[uint64]*state // by lower inode number
+	states map[layer.ID]*state // by lower identity (device, branch, inode)
 	// idle are states without handles, kept loaded (the most recent last)
 	// so that opening a file again costs no index load and no decoding.
 	idle []*state
 	// claimed is the lower root directory, locked (see Claim).
 	claimed layer.File
+	claimFd int // its descriptor that holds the lock
 }
 
 // maxIdle is the number of closed files whose state is kept.
@@ -85,7 +86,7 @@ func New(lower layer.FS, name string, o Options) (*FS, error) {
 		o.CompactMin = 1 << 20
 	}
 	return &FS{Base: layer.Base{Lower: lower}, kind: k, codec: c, shift: uint8(bits.TrailingZeros64(uint64(o.ChunkSize))),
-		fastTails: o.FastTails, compactMin: o.CompactMin, salt: o.salt, logger: o.Logger, states: map[uint64]*state{}}, nil
+		fastTails: o.FastTails, compactMin: o.CompactMin, salt: o.salt, logger: o.Logger, states: map[layer.ID]*state{}}, nil
 }
 
 func (k *Kind) chunk() int64 {
@@ -139,7 +140,7 @@ func (fs *FS) acquire(ctx context.Context, path string, lf layer.File, ro bool) 
 		return nil, nil, syscall.EINVAL
 	}
 	fs.mu.Lock()
-	if st := fs.states[a.Ino]; st != nil {
+	if st := fs.states[a.ID()]; st != nil {
 		st.refs++
 		fs.unidle(st)
 		fs.mu.Unlock()
@@ -156,9 +157,9 @@ func (fs *FS) acquire(ctx context.Context, path string, lf layer.File, ro bool) 
 		}
 		return st, lf, nil
 	}
-	st := &state{fs: fs, ino: a.Ino, refs: 1, path: path, lower: lf, ro: ro}
+	st := &state{fs: fs, ino: a.ID(), refs: 1, path: path, lower: lf, ro: ro}
 	st.mu.Lock()
-	fs.states[a.Ino] = st
+	fs.states[a.ID()] = st
 	fs.mu.Unlock()
 	err = st.load(ctx)
 	if err == nil && st.lost != "" {
@@ -248,7 +249,7 @@ func (fs *FS) unidle(st *state) {
 
 // dropIdle forgets the idle state of inode ino (its last name is gone: the
 // lower file must not be kept open).
-func (fs *FS) dropIdle(ctx context.Context, ino uint64) {
+func (fs *FS) dropIdle(ctx context.Context, ino layer.ID) {
 	fs.mu.Lock()
 	st := fs.states[ino]
 	if st == nil || !st.idle {
@@ -268,7 +269,7 @@ func (fs *FS) Unlink(ctx context.Context, path string) error {
 		return err
 	}
 	if aerr == nil && a.IsRegular() && a.Nlink <= 1 {
-		fs.dropIdle(ctx, a.Ino)
+		fs.dropIdle(ctx, a.ID())
 	}
 	return nil
 }
@@ -279,7 +280,7 @@ func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32)
 		return err
 	}
 	if aerr == nil && a.IsRegular() && a.Nlink <= 1 && flags&unix.RENAME_EXCHANGE == 0 {
-		fs.dropIdle(ctx, a.Ino)
+		fs.dropIdle(ctx, a.ID())
 	}
 	return nil
 }
@@ -300,6 +301,7 @@ func (fs *FS) Close() error {
 		st.lower.Release(context.Background())
 	}
 	if claimed != nil {
+		unix.Close(fs.claimFd)
 		claimed.Release(context.Background()) // the lock goes with it
 	}
 	return nil
@@ -347,7 +349,7 @@ func (fs *FS) logicalSize(ctx context.Context, path string, a *layer.Attr) error
 		return nil
 	}
 	fs.mu.Lock()
-	st := fs.states[a.Ino]
+	st := fs.states[a.ID()]
 	fs.mu.Unlock()
 	if st != nil {
 		st.mu.Lock()
@@ -469,7 +471,7 @@ func (fs *FS) syncOpen(ctx context.Context, path string) error {
 		return nil // the lower setattr will say what is wrong
 	}
 	fs.mu.Lock()
-	st := fs.states[la.Ino]
+	st := fs.states[la.ID()]
 	fs.mu.Unlock()
 	if st == nil {
 		return nil

@@ -23,7 +23,7 @@ import (
 // chunks (cache).
 type state struct {
 	fs  *FS
-	ino uint64
+	ino layer.ID
 
 	refs    int  // open handles; guarded by fs.mu
 	removed bool // out of fs.states; guarded by fs.mu

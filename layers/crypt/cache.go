@@ -10,10 +10,15 @@ import (
 // both directions. Name encryption is deterministic for a given IV, so
 // entries stay right while the directory's contents change: only a rename
 // or removal of the directory itself (through this layer) makes them wrong,
-// and drops the directory and everything below it. The cache is bounded:
-// past maxDirs directories or maxNames names it starts again empty (a
-// directory is always cached after its parent, so dropping all keeps it
-// consistent).
+// and drops the directory and everything below it: every cached path under
+// it, whether the directory itself is cached or not (a directory can stay
+// cached after its parent left the cache). The cache is bounded: past
+// maxDirs directories or maxNames names it starts again empty.
+//
+// A directory's entry is made from its parent's, outside the lock; a drop
+// in between (a rename or rmdir of an ancestor) would leave an entry that
+// describes a directory that is gone. gen counts drops, and addDir keeps an
+// entry only if none happened since its caller read gen.
 
 type dirEntry struct {
 	lower string // the directory's lower path
@@ -26,6 +31,7 @@ type nameCache struct {
 	mu       sync.Mutex
 	dirs     map[string]*dirEntry // by plaintext path
 	names    int
+	gen      uint64 // drops so far
 	maxDirs  int
 	maxNames int
 }
@@ -41,15 +47,27 @@ func (c *nameCache) dir(path string) *dirEntry {
 	return d
 }
 
-func (c *nameCache) addDir(path, lower string, iv []byte) *dirEntry {
+// generation returns the count of drops, for addDir.
+func (c *nameCache) generation() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
+}
+
+// addDir makes the entry of a directory and caches it unless a drop
+// happened after gen was read.
+func (c *nameCache) addDir(path, lower string, iv []byte, gen uint64) *dirEntry {
 	d := &dirEntry{lower: lower, iv: iv, enc: map[string]string{}, dec: map[string]string{}}
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if gen != c.gen {
+		return d
+	}
 	if len(c.dirs) >= c.maxDirs {
 		c.dirs = map[string]*dirEntry{}
 		c.names = 0
 	}
 	c.dirs[path] = d
-	c.mu.Unlock()
 	return d
 }
 
@@ -95,9 +113,7 @@ func (c *nameCache) add(d *dirEntry, name, enc, lname string) {
 func (c *nameCache) drop(path string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.dirs[path]; !ok {
-		return // its descendants are not cached either
-	}
+	c.gen++
 	if path == "" {
 		c.dirs = map[string]*dirEntry{}
 		c.names = 0

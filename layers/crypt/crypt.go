@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -31,10 +33,14 @@ type FS struct {
 	ivKey []byte      // MACs of directory IVs
 	cache *nameCache
 	rand  io.Reader
+	log   *slog.Logger
+
+	bmu      sync.Mutex
+	badNames map[string]bool // lower paths of names left out of listings, logged once
 
 	mu        sync.Mutex
-	files     map[uint64]*fileState // open files, by lower inode number
-	pending   map[uint64]bool       // journals left by a crash (journal.go), by inode
+	files     map[layer.ID]*fileState // open files, by lower identity (device, branch, inode)
+	pending   map[uint64]bool         // journals left by a crash (journal.go), by inode
 	noJournal bool
 
 	xmu    sync.Mutex
@@ -51,6 +57,9 @@ type Options struct {
 	// Rand is the source of nonces, file IDs and directory IVs (default
 	// crypto/rand); tests set it for known answers.
 	Rand io.Reader
+	// Logger gets the lines about damage the layer works around (a name
+	// left out of a listing); default slog.Default().
+	Logger *slog.Logger
 	// NoJournal turns off the journal of in-place rewrites (journal.go).
 	NoJournal bool
 }
@@ -70,6 +79,9 @@ func New(lower layer.FS, cfg *Config, master []byte, o Options) (*FS, error) {
 	if o.CacheNames == 0 {
 		o.CacheNames = 1 << 18
 	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
 	protectProcess()
 	c, err := newContent(cfg.Cipher, keep(subkey(master, "content", 32)), cfg.BlockSize, o.Rand)
 	if err != nil {
@@ -87,8 +99,8 @@ func New(lower layer.FS, cfg *Config, master []byte, o Options) (*FS, error) {
 		Base: layer.Base{Lower: lower}, c: c, names: nm, xattr: xn,
 		meta:  newAEADClear(cfg.Cipher, subkey(master, "meta", 32)),
 		ivKey: keep(subkey(master, "diriv", 32)),
-		cache: newNameCache(o.CacheDirs, o.CacheNames), rand: o.Rand,
-		files: map[uint64]*fileState{}, xnames: map[string]string{},
+		cache: newNameCache(o.CacheDirs, o.CacheNames), rand: o.Rand, log: o.Logger, badNames: map[string]bool{},
+		files: map[layer.ID]*fileState{}, xnames: map[string]string{},
 		noJournal: o.NoJournal,
 	}
 	fs.loadPending(context.Background())
@@ -150,6 +162,7 @@ func (fs *FS) dir(ctx context.Context, path string) (*dirEntry, error) {
 	if d := fs.cache.dir(path); d != nil {
 		return d, nil
 	}
+	gen := fs.cache.generation()
 	lower := ""
 	if path != "" {
 		parent, name := layer.Split(path)
@@ -167,7 +180,7 @@ func (fs *FS) dir(ctx context.Context, path string) (*dirEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	return fs.cache.addDir(path, lower, iv), nil
+	return fs.cache.addDir(path, lower, iv, gen), nil
 }
 
 func (fs *FS) readIV(ctx context.Context, path, lower string) ([]byte, error) {
@@ -183,7 +196,7 @@ func (fs *FS) readIV(ctx context.Context, path, lower string) ([]byte, error) {
 			if !a.IsDir() {
 				return nil, syscall.ENOTDIR
 			}
-			return nil, corruptf("/"+path, "directory %s has no %s", lower, dirIVName)
+			return fs.repairIV(ctx, path, lower, false)
 		}
 		return nil, err
 	}
@@ -194,7 +207,7 @@ func (fs *FS) readIV(ctx context.Context, path, lower string) ([]byte, error) {
 		return nil, err
 	}
 	if n == 0 {
-		return fs.repairIV(ctx, path, lower)
+		return fs.repairIV(ctx, path, lower, true)
 	}
 	iv, ok := checkIV(fs.ivKey, b[:n])
 	if !ok {
@@ -203,28 +216,36 @@ func (fs *FS) readIV(ctx context.Context, path, lower string) ([]byte, error) {
 	return iv, nil
 }
 
-// repairIV gives a new IV to a directory whose IV file is empty, as a crash
-// right after its mkdir can leave it, if the directory holds nothing else
-// (no name depends on the lost IV).
-func (fs *FS) repairIV(ctx context.Context, path, lower string) ([]byte, error) {
+// repairIV gives a new IV to a directory whose IV file is empty or missing
+// (exists says which), as a crash during its mkdir or rmdir, or during a
+// rename over it, can leave it, if the directory holds nothing else (no
+// name depends on the lost IV; a side file left without its entry does
+// not count).
+func (fs *FS) repairIV(ctx context.Context, path, lower string, exists bool) ([]byte, error) {
+	p := layer.Join(lower, dirIVName)
 	ents, err := fs.Lower.ReadDir(ctx, lower, false)
 	if err != nil {
 		return nil, err
 	}
 	for _, e := range ents {
-		if e.Name != dirIVName {
-			return nil, corruptf("/"+path, "the directory's IV (%s) is empty", layer.Join(lower, dirIVName))
+		if e.Name != dirIVName && !(isSide(e.Name) && !hasEntry(ents, strings.TrimSuffix(e.Name, longSuffix))) {
+			if exists {
+				return nil, corruptf("/"+path, "the directory's IV (%s) is empty", p)
+			}
+			return nil, corruptf("/"+path, "directory %s has no %s", lower, dirIVName)
 		}
 	}
 	iv := make([]byte, dirIVSize)
 	if _, err := io.ReadFull(fs.rand, iv); err != nil {
 		return nil, randErr(err)
 	}
-	p := layer.Join(lower, dirIVName)
-	if err := fs.Lower.Unlink(ctx, p); err != nil {
-		return nil, err
+	if exists {
+		if err := fs.Lower.Unlink(ctx, p); err != nil {
+			return nil, err
+		}
 	}
-	if err := writeNew(ctx, fs.Lower, p, ivFile(fs.ivKey, iv), 0o444, true); err != nil {
+	// As the daemon: whoever looks first may only read the directory.
+	if err := writeNew(context.Background(), fs.Lower, p, ivFile(fs.ivKey, iv), 0o444, true); err != nil {
 		return nil, err
 	}
 	return iv, nil
@@ -274,7 +295,8 @@ func (fs *FS) lowerEntry(ctx context.Context, path string) (lpath string, d *dir
 	return layer.Join(d.lower, lname), d, long, nil
 }
 
-// writeLong writes the side file of a long name before the entry is made.
+// writeLong writes the side file of a long name before the entry is made,
+// and syncs it: the entry cannot be read without it (see Mkdir's IV).
 func (fs *FS) writeLong(ctx context.Context, lpath, long string) error {
 	if long == "" {
 		return nil
@@ -289,7 +311,13 @@ func (fs *FS) writeLong(ctx context.Context, lpath, long string) error {
 	if err != nil {
 		return err
 	}
-	_, err = f.WriteAt(ctx, []byte(long), 0)
+	n, err := f.WriteAt(ctx, []byte(long), 0)
+	if err == nil && n != len(long) {
+		err = fmt.Errorf("crypt: short write of %s (%d of %d bytes)", side, n, len(long))
+	}
+	if err == nil {
+		err = f.Fsync(ctx, false)
+	}
 	if rerr := f.Release(ctx); err == nil {
 		err = rerr
 	}
@@ -309,32 +337,39 @@ func (fs *FS) decName(ctx context.Context, dpath string, d *dirEntry, lname stri
 	if n, ok := fs.cache.decoded(d, lname); ok {
 		return n, nil
 	}
-	enc := lname
+	var side []byte
 	if isLong(lname) {
-		side := layer.Join(d.lower, lname+longSuffix)
-		b, err := layer.ReadFile(ctx, fs.Lower, side)
-		if err != nil {
+		p := layer.Join(d.lower, lname+longSuffix)
+		var err error
+		if side, err = fs.readSide(ctx, p); err != nil {
 			if errors.Is(err, syscall.ENOENT) {
 				return "", corruptf("/"+dpath, "long name %s has no %s", layer.Join(d.lower, lname), longSuffix)
 			}
 			return "", err
 		}
-		if !checkLong(lname, b) {
-			return "", corruptf("/"+dpath, "long name %s does not match its %s", layer.Join(d.lower, lname), longSuffix)
-		}
-		enc = string(b)
-	} else if len(enc) > maxEncoded {
-		return "", corruptf("/"+dpath, "name %s is too long", layer.Join(d.lower, lname))
 	}
-	name, err := fs.names.decrypt(d.iv, enc)
-	if err == nil && !layer.ValidName(name) {
-		err = errName
-	}
+	name, enc, err := fs.names.decodeLower(d.iv, lname, side)
 	if err != nil {
-		return "", corruptf("/"+dpath, "name %s does not authenticate", layer.Join(d.lower, lname))
+		return "", corruptf("/"+dpath, "name %s: %v", layer.Join(d.lower, lname), err)
 	}
 	fs.cache.add(d, name, enc, lname)
 	return name, nil
+}
+
+// readSide reads a long name's side file, which is never longer than
+// maxSide: a longer one is damage, not a reason to read gigabytes.
+func (fs *FS) readSide(ctx context.Context, p string) ([]byte, error) {
+	f, err := fs.Lower.Open(ctx, p, unix.O_RDONLY|unix.O_NOFOLLOW)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Release(ctx)
+	b := make([]byte, maxSide+1)
+	n, err := readFull(ctx, f, b, 0)
+	if err != nil {
+		return nil, err
+	}
+	return b[:n], nil
 }
 
 // --- attributes ---
@@ -344,7 +379,7 @@ func (fs *FS) fixAttr(a *layer.Attr) {
 	switch {
 	case a.IsRegular():
 		a.Size, _ = fs.c.plainSize(a.Size)
-	case a.IsSymlink():
+	case a.IsSymlink() && a.Size != uint64(longLinkSize): // (a long one: fixLink)
 		n := a.Size * 6 / 8 // base64 without padding
 		if n > uint64(fs.meta.NonceSize()+fs.meta.Overhead()) {
 			a.Size = n - uint64(fs.meta.NonceSize()+fs.meta.Overhead())
@@ -364,6 +399,7 @@ func (fs *FS) Getattr(ctx context.Context, path string) (layer.Attr, error) {
 		return a, err
 	}
 	fs.fixAttr(&a)
+	fs.fixLink(ctx, lp, &a)
 	return a, nil
 }
 
@@ -388,6 +424,7 @@ func (fs *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (laye
 		return a, err
 	}
 	fs.fixAttr(&a)
+	fs.fixLink(ctx, lp, &a)
 	return a, nil
 }
 
@@ -408,19 +445,45 @@ func (fs *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirE
 			continue
 		}
 		name, err := fs.decName(ctx, path, d, e.Name)
+		if IsCorrupt(err) {
+			// One damaged or planted name must not hide the rest.
+			fs.logBadName(layer.Join(d.lower, e.Name), err)
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
-		e.Name = name
 		if e.Attr != nil {
 			fs.fixAttr(e.Attr)
+			fs.fixLink(ctx, layer.Join(d.lower, e.Name), e.Attr)
 		}
+		e.Name = name
 		out = append(out, e)
 	}
 	return out, nil
 }
 
+// logBadName says once per lower path that a name was left out of a
+// listing (a bounded set: past it, lines may repeat).
+func (fs *FS) logBadName(lpath string, err error) {
+	fs.bmu.Lock()
+	seen := fs.badNames[lpath]
+	if !seen {
+		if len(fs.badNames) >= 4096 {
+			clear(fs.badNames)
+		}
+		fs.badNames[lpath] = true
+	}
+	fs.bmu.Unlock()
+	if !seen {
+		var c *corrupt
+		errors.As(err, &c)
+		fs.log.Warn("crypt: entry left out of a directory listing (tampered with or damaged)", "lower", lpath, "why", c.msg)
+	}
+}
+
 func (fs *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, error) {
+	gen := fs.cache.generation()
 	lp, _, long, err := fs.lowerEntry(ctx, path)
 	if err != nil {
 		return layer.Attr{}, err
@@ -442,9 +505,11 @@ func (fs *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, 
 		fs.dropLong(ctx, lp, long)
 		return layer.Attr{}, randErr(err)
 	}
-	// Not synced (an fsync per mkdir would cost more than the rest of
-	// it): readIV repairs the empty IV file a crash can leave.
-	if err := writeNew(ctx, fs.Lower, layer.Join(lp, dirIVName), ivFile(fs.ivKey, iv), 0o444, false); err != nil {
+	// Synced before mkdir returns, so before any entry in the directory
+	// can exist: every name in it depends on the IV, and the lower file
+	// system may make an entry durable (a journal commit) before the data
+	// of a file written earlier (delayed allocation).
+	if err := writeNew(ctx, fs.Lower, layer.Join(lp, dirIVName), ivFile(fs.ivKey, iv), 0o444, true); err != nil {
 		fs.Lower.Rmdir(ctx, lp)
 		fs.dropLong(ctx, lp, long)
 		return layer.Attr{}, err
@@ -456,8 +521,9 @@ func (fs *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, 
 			return a, err
 		}
 	}
-	fs.cache.drop(path)
-	fs.cache.addDir(path, lp, iv)
+	if fs.cache.addDir(path, lp, iv, gen); fs.cache.generation() != gen {
+		fs.cache.drop(path) // an ancestor moved meanwhile
+	}
 	return a, nil
 }
 
@@ -466,37 +532,73 @@ func (fs *FS) Rmdir(ctx context.Context, path string) error {
 	if err != nil {
 		return err
 	}
-	ents, err := fs.Lower.ReadDir(ctx, lp, false)
+	restore, err := fs.emptyOwn(ctx, path, lp) // ENOTDIR for a file
 	if err != nil {
 		return err
 	}
-	var iv []byte
-	for _, e := range ents {
-		if e.Name != dirIVName {
-			return syscall.ENOTEMPTY
-		}
-	}
-	if d := fs.cache.dir(path); d != nil {
-		iv = d.iv
-	}
-	ivPath := layer.Join(lp, dirIVName)
-	if iv == nil {
-		if b, err := layer.ReadFile(ctx, fs.Lower, ivPath); err == nil {
-			iv, _ = checkIV(fs.ivKey, b)
-		}
-	}
-	if err := fs.Lower.Unlink(ctx, ivPath); err != nil && !errors.Is(err, syscall.ENOENT) {
-		return err
-	}
 	if err := fs.Lower.Rmdir(ctx, lp); err != nil {
-		if iv != nil {
-			writeNew(ctx, fs.Lower, ivPath, ivFile(fs.ivKey, iv), 0o444, false)
-		}
+		restore()
 		return err
 	}
 	fs.cache.drop(path)
 	fs.dropLong(ctx, lp, long)
 	return nil
+}
+
+// emptyOwn prepares the directory at lower path lp, which must hold nothing
+// but the layer's own files, for its removal (rmdir, or a rename over it):
+// it removes those files (the IV file last) and returns a function that
+// puts the IV back, for when the removal fails. Anything else in the
+// directory gives ENOTEMPTY and changes nothing. The kernel holds the
+// directory's lock during rmdir and rename, so no entry can appear through
+// the layer meanwhile; a crash between this and the removal leaves an empty
+// directory without an IV file, which readIV repairs.
+func (fs *FS) emptyOwn(ctx context.Context, path, lp string) (restore func(), err error) {
+	ents, err := fs.Lower.ReadDir(ctx, lp, false)
+	if err != nil {
+		return nil, err
+	}
+	var sides []string
+	for _, e := range ents {
+		switch {
+		case e.Name == dirIVName:
+		case isSide(e.Name) && !hasEntry(ents, strings.TrimSuffix(e.Name, longSuffix)):
+			sides = append(sides, e.Name) // left by a crash before its entry was made
+		default:
+			return nil, syscall.ENOTEMPTY
+		}
+	}
+	ivPath := layer.Join(lp, dirIVName)
+	var iv []byte
+	if d := fs.cache.dir(path); d != nil && d.lower == lp {
+		iv = d.iv
+	} else if b, err := layer.ReadFile(ctx, fs.Lower, ivPath); err == nil {
+		iv, _ = checkIV(fs.ivKey, b)
+	}
+	for _, s := range sides {
+		if err := fs.Lower.Unlink(ctx, layer.Join(lp, s)); err != nil && !errors.Is(err, syscall.ENOENT) {
+			return nil, err
+		}
+	}
+	if err := fs.Lower.Unlink(ctx, ivPath); err != nil && !errors.Is(err, syscall.ENOENT) {
+		return nil, err
+	}
+	return func() {
+		// As the daemon, not the caller: the caller may not be allowed
+		// to create files in the directory it tried to remove.
+		if iv != nil {
+			writeNew(context.Background(), fs.Lower, ivPath, ivFile(fs.ivKey, iv), 0o444, true)
+		}
+	}, nil
+}
+
+func hasEntry(ents []layer.DirEntry, name string) bool {
+	for _, e := range ents {
+		if e.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // --- other objects ---
@@ -522,21 +624,75 @@ func (fs *FS) make(ctx context.Context, path string, mk func(lp string) (layer.A
 		return a, err
 	}
 	fs.fixAttr(&a)
+	fs.fixLink(ctx, lp, &a)
 	return a, nil
 }
 
 const symlinkAAD = "cairn-crypt v1 symlink"
 
 func (fs *FS) Symlink(ctx context.Context, target, path string) (layer.Attr, error) {
+	if len(target) >= unix.PathMax {
+		return layer.Attr{}, syscall.ENAMETOOLONG
+	}
 	nonce := make([]byte, fs.meta.NonceSize())
 	if _, err := io.ReadFull(fs.rand, nonce); err != nil {
 		return layer.Attr{}, randErr(err)
 	}
 	enc := b64.EncodeToString(fs.meta.Seal(nonce, nonce, []byte(target), []byte(symlinkAAD)))
-	if len(enc) >= unix.PathMax {
-		return layer.Attr{}, syscall.ENAMETOOLONG
+	if len(enc) < unix.PathMax {
+		return fs.make(ctx, path, func(lp string) (layer.Attr, error) { return fs.Lower.Symlink(ctx, enc, lp) })
 	}
-	return fs.make(ctx, path, func(lp string) (layer.Attr, error) { return fs.Lower.Symlink(ctx, enc, lp) })
+	// Too long for a lower symlink: the encrypted target goes to a file of
+	// its own, named by its hash, and the symlink names that file.
+	// The directory and file are the daemon's, not the caller's: every
+	// user's long symlinks go there.
+	ltarget, store := longLink(len(target), enc)
+	daemon := context.Background()
+	if _, err := fs.Lower.Mkdir(daemon, longLinkDir, 0o700); err != nil && !errors.Is(err, syscall.EEXIST) {
+		return layer.Attr{}, err
+	}
+	if err := writeNew(daemon, fs.Lower, store, []byte(enc), 0o444, true); err != nil {
+		return layer.Attr{}, err
+	}
+	a, err := fs.make(ctx, path, func(lp string) (layer.Attr, error) { return fs.Lower.Symlink(ctx, ltarget, lp) })
+	if err != nil {
+		fs.Lower.Unlink(ctx, store)
+		return a, err
+	}
+	a.Size = uint64(len(target))
+	return a, nil
+}
+
+// fixLink gives a symlink whose target is in a file of its own (see
+// longLink) its plaintext size, which its lower size does not tell.
+func (fs *FS) fixLink(ctx context.Context, lp string, a *layer.Attr) {
+	if a.IsSymlink() && a.Size == uint64(longLinkSize) {
+		if t, err := fs.Lower.Readlink(ctx, lp); err == nil {
+			if n, _, ok := parseLongLink(t); ok {
+				a.Size = uint64(n)
+			}
+		}
+	}
+}
+
+// dropLongLink removes the target file of the symlink at lp if the symlink
+// is about to lose its last name (the kernel holds the inode's lock during
+// unlink and rename, so no link can be added meanwhile); call it before
+// the removal, and the function it returns after it succeeded.
+func (fs *FS) dropLongLink(ctx context.Context, lp string) func() {
+	a, err := fs.Lower.Getattr(ctx, lp)
+	if err != nil || !a.IsSymlink() || a.Size != uint64(longLinkSize) || a.Nlink > 1 {
+		return func() {}
+	}
+	t, err := fs.Lower.Readlink(ctx, lp)
+	if err != nil {
+		return func() {}
+	}
+	_, store, ok := parseLongLink(t)
+	if !ok {
+		return func() {}
+	}
+	return func() { fs.Lower.Unlink(ctx, store) }
 }
 
 func (fs *FS) Readlink(ctx context.Context, path string) (string, error) {
@@ -548,15 +704,35 @@ func (fs *FS) Readlink(ctx context.Context, path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	size := -1
+	if n, store, ok := parseLongLink(enc); ok {
+		f, err := fs.Lower.Open(ctx, store, unix.O_RDONLY|unix.O_NOFOLLOW)
+		if errors.Is(err, syscall.ENOENT) {
+			return "", corruptf("/"+path, "symlink %s has no target file %s", lp, store)
+		}
+		if err != nil {
+			return "", err
+		}
+		b := make([]byte, maxLongLink+1)
+		k, err := readFull(ctx, f, b, 0)
+		f.Release(ctx)
+		if err != nil {
+			return "", err
+		}
+		if _, want, _ := parseLongLink(longLinkTarget(n, string(b[:k]))); want != store {
+			return "", corruptf("/"+path, "symlink %s does not match its target file %s", lp, store)
+		}
+		enc, size = string(b[:k]), n
+	}
 	b, err := b64.DecodeString(enc)
 	ns := fs.meta.NonceSize()
 	if err == nil && len(b) >= ns+fs.meta.Overhead() && b64.EncodeToString(b) == enc {
 		var t []byte
-		if t, err = fs.meta.Open(nil, b[:ns], b[ns:], []byte(symlinkAAD)); err == nil {
+		if t, err = fs.meta.Open(nil, b[:ns], b[ns:], []byte(symlinkAAD)); err == nil && (size < 0 || size == len(t)) {
 			return string(t), nil
 		}
 	}
-	return "", corruptf("/"+path, "symlink target %q does not authenticate", enc)
+	return "", corruptf("/"+path, "symlink target of %s does not authenticate", lp)
 }
 
 func (fs *FS) Link(ctx context.Context, oldpath, newpath string) (layer.Attr, error) {
@@ -572,9 +748,11 @@ func (fs *FS) Unlink(ctx context.Context, path string) error {
 	if err != nil {
 		return err
 	}
+	dropTarget := fs.dropLongLink(ctx, lp)
 	if err := fs.Lower.Unlink(ctx, lp); err != nil {
 		return err
 	}
+	dropTarget()
 	fs.dropLong(ctx, lp, long)
 	return nil
 }
@@ -594,14 +772,34 @@ func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32)
 			return err
 		}
 	}
-	if err := fs.Lower.Rename(ctx, olp, nlp, flags); err != nil {
+	dropTarget := func() {}
+	if !exchange {
+		dropTarget = fs.dropLongLink(ctx, nlp) // a symlink replaced
+	}
+	err = fs.Lower.Rename(ctx, olp, nlp, flags)
+	if (errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST)) && !exchange && flags&unix.RENAME_NOREPLACE == 0 {
+		// The target may be a directory that holds only its IV.
+		restore, eerr := fs.emptyOwn(ctx, newpath, nlp)
+		if eerr != nil {
+			return eerr
+		}
+		if err = fs.Lower.Rename(ctx, olp, nlp, flags); err != nil {
+			restore()
+		}
+	}
+	if err != nil {
 		return err
+	}
+	if olp != nlp {
+		dropTarget()
 	}
 	// A directory moved (or replaced) takes its IV along: forget the
 	// cached paths below both names.
 	fs.cache.drop(oldpath)
 	fs.cache.drop(newpath)
-	if !exchange && olp != nlp {
+	// The old name's side file goes with its entry, unless a whiteout
+	// now stands under that name.
+	if !exchange && olp != nlp && flags&unix.RENAME_WHITEOUT == 0 {
 		fs.dropLong(ctx, olp, olong)
 	}
 	return nil

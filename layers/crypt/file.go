@@ -24,7 +24,7 @@ import (
 type fileState struct {
 	mu   sync.RWMutex // readers: ReadAt; writers: everything that changes the file
 	refs int          // guarded by FS.mu
-	ino  uint64
+	ino  layer.ID
 
 	hmu   sync.Mutex // guards id, aead and holes (set by readers too)
 	id    []byte     // nil: not known yet (or the file is empty)
@@ -66,7 +66,7 @@ func (s *fileState) setHoles(h byte) {
 	s.hmu.Unlock()
 }
 
-func (fs *FS) state(ino uint64) *fileState {
+func (fs *FS) state(ino layer.ID) *fileState {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	s := fs.files[ino]
@@ -87,7 +87,7 @@ func (fs *FS) unref(ctx context.Context, s *fileState) {
 		if s.jf != nil {
 			s.jf.Release(ctx)
 			s.jf = nil
-			fs.Lower.Unlink(ctx, journalPath(s.ino))
+			fs.Lower.Unlink(layer.WithCaller(ctx, layer.Self()), journalPath(s.ino.Ino))
 		}
 	}
 }
@@ -148,7 +148,7 @@ func (fs *FS) newFile(ctx context.Context, path, lp string, lf layer.File, a *la
 			return nil, corruptf("/"+path, "the file's size (%d bytes below) is not that of a whole number of blocks: truncated", a.Size)
 		}
 	}
-	f := &file{fs: fs, lower: lf, st: fs.state(a.Ino), path: path, append: flags&unix.O_APPEND != 0}
+	f := &file{fs: fs, lower: lf, st: fs.state(a.ID()), path: path, append: flags&unix.O_APPEND != 0}
 	if a.IsRegular() && fs.pendingJournal(a.Ino) {
 		f.st.mu.Lock()
 		err := f.recoverJournal(ctx, lp)
@@ -285,6 +285,7 @@ func (f *file) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if len(p) >= readaheadMin && !f.seq.Swap(true) {
 		if fd, ok := f.lower.PassthroughFd(); ok {
 			unix.Fadvise(fd, 0, 0, unix.FADV_SEQUENTIAL)
+			unix.Close(fd)
 		}
 	}
 	n, err := readFull(ctx, f.lower, buf, cstart)

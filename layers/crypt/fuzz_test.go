@@ -3,8 +3,13 @@ package crypt
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
+
+	"cairn/layer"
 )
 
 // Fuzz tests of the decoders: whatever the lower holds, they return an
@@ -160,6 +165,62 @@ func FuzzJournal(f *testing.F) {
 		}
 		if enc := journalBytes(seq, jid, size, recs); !bytes.Equal(enc, b[:len(enc)]) {
 			t.Fatalf("journal %x does not encode back", b)
+		}
+	})
+}
+
+// FuzzLowerName: a lower entry name (and, for a long name, its side file)
+// decodes only if it is the one lower form of a valid name in that
+// directory: one name never has two lower entries.
+func FuzzLowerName(f *testing.F) {
+	n, err := newNames(bytes.Repeat([]byte{5}, 64))
+	if err != nil {
+		f.Fatal(err)
+	}
+	iv := bytes.Repeat([]byte{1}, dirIVSize)
+	for _, name := range []string{"f", "file.txt", string(bytes.Repeat([]byte("x"), 200)), string(bytes.Repeat([]byte("y"), 255))} {
+		enc := n.encrypt(iv, name)
+		lname, long := lowerName(enc)
+		if long {
+			f.Add(lname, []byte(enc))
+			f.Add(lname, []byte(enc[:200]))
+		} else {
+			f.Add(lname, []byte(nil))
+			h := sha256.Sum256([]byte(enc))
+			f.Add(longPrefix+b64.EncodeToString(h[:]), []byte(enc)) // a short name in long form
+		}
+	}
+	f.Add("cairn.long.", []byte("x"))
+	f.Fuzz(func(t *testing.T, lname string, side []byte) {
+		name, enc, err := n.decodeLower(iv, lname, side)
+		if err != nil {
+			return
+		}
+		if !layer.ValidName(name) || len(name) > 255 {
+			t.Fatalf("%q decodes to the invalid name %q", lname, name)
+		}
+		want := n.encrypt(iv, name)
+		wl, long := lowerName(want)
+		if wl != lname || enc != want || long && string(side) != want {
+			t.Fatalf("%q (side %q) decodes to %q, whose lower form is %q (long %v)", lname, side, name, wl, long)
+		}
+	})
+}
+
+// FuzzLongLink: only the one form that longLink writes parses.
+func FuzzLongLink(f *testing.F) {
+	t0, _ := longLink(4095, "some encrypted target")
+	f.Add(t0)
+	f.Add(t0[:len(t0)-1] + "=")
+	f.Add("cairn.ln.-001." + t0[len(t0)-43:])
+	f.Fuzz(func(t *testing.T, s string) {
+		n, store, ok := parseLongLink(s)
+		if !ok {
+			return
+		}
+		h := store[len(longLinkDir)+1:]
+		if fmt.Sprintf("%s%04d.%s", longLinkPrefix, n, h) != s || n > 9999 || strings.Contains(h, "/") {
+			t.Fatalf("%q parses to %d, %q", s, n, store)
 		}
 	})
 }

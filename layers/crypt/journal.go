@@ -90,8 +90,11 @@ func (f *file) writeJournal(ctx context.Context, id []byte, lowerSize int64, rec
 	if f.fs.noJournal {
 		return nil
 	}
+	// The journal is the layer's own file, made as the daemon: the caller
+	// may be any user who can write the file.
+	ctx = layer.WithCaller(ctx, layer.Self())
 	if st.jf == nil {
-		p := journalPath(st.ino)
+		p := journalPath(st.ino.Ino)
 		jf, _, err := f.fs.Lower.Create(ctx, p, syscall.O_RDWR|syscall.O_TRUNC, 0o600)
 		if errors.Is(err, syscall.ENOENT) {
 			if _, err = f.fs.Lower.Mkdir(ctx, journalDir, 0o700); err == nil || errors.Is(err, syscall.EEXIST) {
@@ -185,11 +188,13 @@ func parseJournal(b []byte) (seq uint64, id []byte, lowerSize int64, recs []jrec
 // recoverJournal replays the journal a crash left for this file, whose
 // lower path is lp (the caller holds st.mu), then removes it.
 func (f *file) recoverJournal(ctx context.Context, lp string) error {
+	// The journal is the layer's own file, not the caller's.
+	ctx = layer.WithCaller(ctx, layer.Self())
 	fs, c, st := f.fs, f.fs.c, f.st
-	p := journalPath(st.ino)
+	p := journalPath(st.ino.Ino)
 	defer func() {
 		fs.mu.Lock()
-		delete(fs.pending, st.ino)
+		delete(fs.pending, st.ino.Ino)
 		fs.mu.Unlock()
 	}()
 	jf, err := fs.Lower.Open(ctx, p, syscall.O_RDONLY)

@@ -6,9 +6,12 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/tink-crypto/tink-go/v2/daead/subtle"
+
+	"cairn/layer"
 )
 
 // Names are encrypted with AES-SIV (RFC 5297, deterministic authenticated
@@ -31,6 +34,9 @@ const (
 	// common Linux file systems.
 	maxEncoded = 255
 	namePad    = 16
+	// maxSide bounds a side file: the encoded form of a 255-byte name
+	// (256 padded bytes and a 16-byte SIV) is 363 characters.
+	maxSide = 512
 )
 
 var b64 = base64.RawURLEncoding
@@ -93,6 +99,74 @@ func (n *names) decrypt(iv []byte, enc string) (string, error) {
 	return string(pt[:len(pt)-pad]), nil
 }
 
+// A symlink target too long for a lower symlink once encrypted (3,044 bytes
+// and more with AES-256-GCM) is stored in the file longLinkDir/HASH, HASH
+// being base64url(SHA-256(encrypted target)), and the lower symlink's target
+// is "cairn.ln.NNNN.HASH", NNNN the plaintext length in 4 decimal digits:
+// longLinkSize (57) characters, a length no base64 target has (never 1 more
+// than a multiple of 4), so that stat tells the two kinds apart.
+const (
+	longLinkPrefix = "cairn.ln."
+	longLinkDir    = ".cairn.links"
+	longLinkSize   = len(longLinkPrefix) + 5 + 43
+	maxLongLink    = 6000 // the encrypted form of a 4,095-byte target is 5,498 characters
+)
+
+// longLink gives the lower target of a long symlink target of n bytes whose
+// encrypted form is enc, and the path of the file that holds enc.
+func longLink(n int, enc string) (target, store string) {
+	t := longLinkTarget(n, enc)
+	return t, longLinkDir + "/" + t[len(t)-43:]
+}
+
+func longLinkTarget(n int, enc string) string {
+	h := sha256.Sum256([]byte(enc))
+	return fmt.Sprintf("%s%04d.%s", longLinkPrefix, n, b64.EncodeToString(h[:]))
+}
+
+// parseLongLink reads a lower target made by longLink.
+func parseLongLink(t string) (n int, store string, ok bool) {
+	if len(t) != longLinkSize || !strings.HasPrefix(t, longLinkPrefix) || t[len(longLinkPrefix)+4] != '.' {
+		return 0, "", false
+	}
+	for _, c := range t[len(longLinkPrefix) : len(longLinkPrefix)+4] {
+		if c < '0' || c > '9' {
+			return 0, "", false
+		}
+		n = 10*n + int(c-'0')
+	}
+	h := t[len(t)-43:]
+	if b, err := b64.DecodeString(h); err != nil || len(b) != sha256.Size || b64.EncodeToString(b) != h {
+		return 0, "", false
+	}
+	return n, longLinkDir + "/" + h, true
+}
+
+// decodeLower gives the plaintext name of the lower entry lname in a
+// directory with iv, and its encoded form; side is the content of the side
+// file when lname is a long name. Only the canonical lower form of a name
+// decodes: lowerName(encrypt(iv, name)) is lname, and side is the encoded
+// form when lname is long.
+func (n *names) decodeLower(iv []byte, lname string, side []byte) (name, enc string, err error) {
+	enc = lname
+	if isLong(lname) {
+		if !checkLong(lname, side) {
+			return "", "", errors.New("does not match its " + longSuffix)
+		}
+		enc = string(side)
+	} else if len(enc) > maxEncoded {
+		return "", "", errors.New("too long")
+	}
+	name, err = n.decrypt(iv, enc)
+	if err == nil && (!layer.ValidName(name) || len(name) > 255) {
+		err = errName
+	}
+	if err != nil {
+		return "", "", errors.New("does not authenticate")
+	}
+	return name, enc, nil
+}
+
 // lowerName is the name stored in the lower directory for an encoded name,
 // and whether it is the long form (with a side file).
 func lowerName(enc string) (string, bool) {
@@ -106,8 +180,11 @@ func lowerName(enc string) (string, bool) {
 // isLong reports whether a lower name is the long form; isOwn whether it is
 // a file of the layer's own (IV, side file, configuration), never listed.
 func isLong(lname string) bool { return strings.HasPrefix(lname, longPrefix) && !isOwn(lname) }
-func isOwn(lname string) bool {
-	return strings.HasPrefix(lname, ".") || strings.HasPrefix(lname, longPrefix) && strings.HasSuffix(lname, longSuffix)
+func isOwn(lname string) bool  { return strings.HasPrefix(lname, ".") || isSide(lname) }
+
+// isSide reports whether a lower name is a long name's side file.
+func isSide(lname string) bool {
+	return strings.HasPrefix(lname, longPrefix) && strings.HasSuffix(lname, longSuffix)
 }
 
 // ivFile is the content of a directory's IV file: the IV and a MAC of it
@@ -129,8 +206,14 @@ func checkIV(key, b []byte) ([]byte, bool) {
 	return iv, hmac.Equal(ivFile(key, iv), b)
 }
 
-// checkLong verifies that a side file's content belongs to the long name.
+// checkLong verifies that a side file's content belongs to the long name
+// and is the canonical long form: an encoded name short enough to be
+// stored as itself is never stored as a long one (else one name could
+// have two lower entries).
 func checkLong(lname string, enc []byte) bool {
+	if len(enc) <= maxEncoded || len(enc) > maxSide {
+		return false
+	}
 	h := sha256.Sum256(enc)
 	return lname == longPrefix+b64.EncodeToString(h[:]) && !bytes.ContainsAny(enc, "/\x00")
 }

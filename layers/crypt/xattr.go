@@ -11,11 +11,14 @@ import (
 
 // Extended attributes: the name is encrypted like a file name (AES-SIV with
 // its own key and a fixed associated data instead of a directory IV) and
-// stored in the lower's user namespace; the value is sealed with a random
-// nonce and the lower name as associated data.
+// stored in the lower's user namespace, or in its trusted namespace for a
+// trusted.* name (ext4 refuses user.* on symlinks and device nodes, and
+// trusted.* is for root only, above as below); the value is sealed with a
+// random nonce and the lower name as associated data.
 
 const (
 	xattrPrefix = "user."
+	trustedNS   = "trusted."
 	xattrAD     = "cairn-crypt v1 xattr name"
 	xattrValAD  = "cairn-crypt v1 xattr value "
 )
@@ -28,7 +31,11 @@ func (fs *FS) xattrName(name string) (string, error) {
 	l, ok := fs.xnames[name]
 	fs.xmu.Unlock()
 	if !ok {
-		l = xattrPrefix + fs.xattr.encrypt([]byte(xattrAD), name)
+		ns := xattrPrefix
+		if strings.HasPrefix(name, trustedNS) {
+			ns = trustedNS
+		}
+		l = ns + fs.xattr.encrypt([]byte(xattrAD), name)
 		fs.xmu.Lock()
 		if len(fs.xnames) >= 1024 {
 			clear(fs.xnames)
@@ -135,10 +142,17 @@ func (fs *FS) Listxattr(ctx context.Context, path string, dest []byte) (int, err
 	var out []byte
 	for _, l := range bytes.Split(raw, []byte{0}) {
 		enc, ok := strings.CutPrefix(string(l), xattrPrefix)
+		trusted := false
 		if !ok {
+			enc, trusted = strings.CutPrefix(string(l), trustedNS)
+		}
+		if !ok && !trusted {
 			continue // not ours (a security label of the lower file system, say)
 		}
 		name, err := fs.xattr.decrypt([]byte(xattrAD), enc)
+		if err == nil && trusted != strings.HasPrefix(name, trustedNS) {
+			err = errName // moved between namespaces
+		}
 		if err != nil {
 			return 0, corruptf("/"+path, "extended attribute name %s does not authenticate", l)
 		}

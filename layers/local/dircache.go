@@ -11,8 +11,9 @@ import (
 // dirCache keeps O_PATH descriptors of recently used directories, so that an
 // operation on a file does not walk its directory's path again (pefs and
 // gocryptfs keep directory descriptors for the same reason). It is bounded:
-// at most dirCacheSize descriptors, each kept at most dirCacheTTL (the
-// kernel's own caches of names and attributes last about as long).
+// at most size descriptors (dirCacheSize, or a quarter of the descriptor
+// limit if that is less), each kept at most dirCacheTTL (the kernel's own
+// caches of names and attributes last about as long).
 //
 // A cached descriptor names a directory object, not a path. A rename or
 // rmdir through this layer therefore drops the entries of the directory it
@@ -24,6 +25,7 @@ import (
 // the cache opens no way out of the root that the directory's owner does
 // not already have.
 type dirCache struct {
+	size    int // set before use
 	mu      sync.Mutex
 	m       map[string]*dirEnt
 	renames uint64 // counts invalidations; an open that spans one is not kept
@@ -66,7 +68,7 @@ func (c *dirCache) get(dir string, open func() (int, error)) (int, func(), error
 		if c.m == nil {
 			c.m = make(map[string]*dirEnt)
 		}
-		if len(c.m) >= dirCacheSize {
+		if len(c.m) >= c.size {
 			c.evict(now)
 		}
 		c.m[dir] = e
@@ -105,7 +107,7 @@ func (c *dirCache) evict(now time.Time) {
 			victim = d
 		}
 	}
-	if len(c.m) >= dirCacheSize {
+	if len(c.m) >= c.size {
 		c.drop(victim, c.m[victim])
 	}
 }

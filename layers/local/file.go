@@ -1,6 +1,7 @@
 package local
 
 import (
+	"container/list"
 	"context"
 	"math"
 	"syscall"
@@ -10,132 +11,214 @@ import (
 	"cairn/layer"
 )
 
-// File is an open file of the local layer: a descriptor.
+// File is an open file of the local layer: a descriptor, which the layer
+// may close while the file is not in use and reopen on demand (see
+// fdCache). Every operation takes the descriptor with get and gives it back
+// with put.
 type File struct {
-	fd int
+	fs    *FS
+	flags int // open flags, for a reopen
+
+	// Guarded by fs.fds.mu:
+	fd        int // -1 while closed by the cache
+	busy      int // operations using fd
+	pinned    bool
+	released  bool
+	elem      *list.Element // in the cache's LRU list
+	hasHandle bool
+	handle    unix.FileHandle
+	mountFd   int
+	key       fileKey // while closed
+	lateErr   error   // from closing the descriptor; the next Flush, Fsync or Release reports it
 }
 
 var _ layer.File = (*File)(nil)
 
-// Fd is the file's descriptor.
-func (f *File) Fd() int { return f.fd }
-
-func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
-	for {
-		n, err := unix.Pread(f.fd, p, off)
-		if err == unix.EINTR {
-			continue
-		}
-		if n < 0 {
-			n = 0
-		}
-		return n, err
-	}
+// newFile wraps a descriptor just opened with flags.
+func (fs *FS) newFile(fd, flags int) *File {
+	f := &File{fs: fs, flags: flags, fd: fd}
+	fs.fds.add(f)
+	return f
 }
 
-func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
-	for {
-		n, err := unix.Pwrite(f.fd, p, off)
-		if err == unix.EINTR {
-			continue
-		}
-		if n < 0 {
-			n = 0
-		}
-		return n, err
+// with runs fn with the file's descriptor.
+func (f *File) with(fn func(fd int) error) error {
+	fd, err := f.get(false)
+	if err != nil {
+		return err
 	}
+	defer f.put()
+	return fn(fd)
 }
 
-func (f *File) Getattr(ctx context.Context) (layer.Attr, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(f.fd, &st); err != nil {
-		return layer.Attr{}, err
-	}
-	return layer.AttrFromStat(&st), nil
+// takeLateErr returns (and clears) the error of closing an evicted
+// descriptor.
+func (f *File) takeLateErr() error {
+	c := &f.fs.fds
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	err := f.lateErr
+	f.lateErr = nil
+	return err
+}
+
+func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (n int, err error) {
+	err = f.with(func(fd int) error {
+		for {
+			n, err = unix.Pread(fd, p, off)
+			if err != unix.EINTR {
+				break
+			}
+		}
+		n = max(n, 0)
+		return err
+	})
+	return n, err
+}
+
+func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (n int, err error) {
+	err = f.with(func(fd int) error {
+		for {
+			n, err = unix.Pwrite(fd, p, off)
+			if err != unix.EINTR {
+				break
+			}
+		}
+		n = max(n, 0)
+		return err
+	})
+	return n, err
+}
+
+func (f *File) Getattr(ctx context.Context) (a layer.Attr, err error) {
+	err = f.with(func(fd int) error {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return err
+		}
+		a = layer.AttrFromStat(&st)
+		return nil
+	})
+	return a, err
 }
 
 func (f *File) Setattr(ctx context.Context, in *layer.SetAttr) (layer.Attr, error) {
-	if in.Valid&layer.SetSize != 0 {
-		if err := unix.Ftruncate(f.fd, int64(in.Size)); err != nil {
-			return layer.Attr{}, err
+	err := f.with(func(fd int) error {
+		if in.Valid&layer.SetSize != 0 {
+			if err := unix.Ftruncate(fd, int64(in.Size)); err != nil {
+				return err
+			}
 		}
-	}
-	// The descriptor itself, by AT_EMPTY_PATH: no name to race on.
-	if in.Valid&(layer.SetUid|layer.SetGid) != 0 {
-		uid, gid := -1, -1
-		if in.Valid&layer.SetUid != 0 {
-			uid = int(in.Uid)
+		// The descriptor itself, by AT_EMPTY_PATH: no name to race on.
+		if in.Valid&(layer.SetUid|layer.SetGid) != 0 {
+			uid, gid := -1, -1
+			if in.Valid&layer.SetUid != 0 {
+				uid = int(in.Uid)
+			}
+			if in.Valid&layer.SetGid != 0 {
+				gid = int(in.Gid)
+			}
+			if err := unix.Fchown(fd, uid, gid); err != nil {
+				return err
+			}
 		}
-		if in.Valid&layer.SetGid != 0 {
-			gid = int(in.Gid)
+		if in.Valid&layer.SetMode != 0 {
+			if err := unix.Fchmod(fd, in.Mode&07777); err != nil {
+				return err
+			}
 		}
-		if err := unix.Fchown(f.fd, uid, gid); err != nil {
-			return layer.Attr{}, err
+		if ts, ok := times(in); ok {
+			return unix.UtimesNanoAt(fd, "", ts[:], unix.AT_EMPTY_PATH)
 		}
-	}
-	if in.Valid&layer.SetMode != 0 {
-		if err := unix.Fchmod(f.fd, in.Mode&07777); err != nil {
-			return layer.Attr{}, err
-		}
-	}
-	if ts, ok := times(in); ok {
-		if err := unix.UtimesNanoAt(f.fd, "", ts[:], unix.AT_EMPTY_PATH); err != nil {
-			return layer.Attr{}, err
-		}
+		return nil
+	})
+	if err != nil {
+		return layer.Attr{}, err
 	}
 	return f.Getattr(ctx)
 }
 
 func (f *File) Flush(ctx context.Context) error {
+	if err := f.takeLateErr(); err != nil {
+		return err
+	}
 	// close(2) semantics: errors of delayed writes show up at close. A dup
 	// closed at once asks the lower file system for them without closing
 	// the descriptor we keep.
-	nfd, err := unix.Dup(f.fd)
-	if err != nil {
-		return err
-	}
-	return unix.Close(nfd)
+	return f.with(func(fd int) error {
+		nfd, err := unix.Dup(fd)
+		if err != nil {
+			return err
+		}
+		return unix.Close(nfd)
+	})
 }
 
 func (f *File) Fsync(ctx context.Context, datasync bool) error {
-	if datasync {
-		return unix.Fdatasync(f.fd)
+	late := f.takeLateErr()
+	err := f.with(func(fd int) error {
+		if datasync {
+			return unix.Fdatasync(fd)
+		}
+		return unix.Fsync(fd)
+	})
+	if late != nil {
+		return late
 	}
-	return unix.Fsync(f.fd)
+	return err
 }
 
-func (f *File) Release(ctx context.Context) error {
-	fd := f.fd
-	f.fd = -1
-	return unix.Close(fd)
-}
+func (f *File) Release(ctx context.Context) error { return f.fs.fds.release(f) }
 
 func (f *File) Allocate(ctx context.Context, off, length int64, mode uint32) error {
-	return unix.Fallocate(f.fd, mode, off, length)
+	return f.with(func(fd int) error { return unix.Fallocate(fd, mode, off, length) })
 }
 
-func (f *File) Lseek(ctx context.Context, off int64, whence int) (int64, error) {
-	return unix.Seek(f.fd, off, whence)
+func (f *File) Lseek(ctx context.Context, off int64, whence int) (o int64, err error) {
+	err = f.with(func(fd int) error {
+		o, err = unix.Seek(fd, off, whence)
+		return err
+	})
+	return o, err
 }
 
-func (f *File) CopyFileRange(ctx context.Context, offIn int64, dst layer.File, offOut int64, n int64, flags uint32) (int64, error) {
+func (f *File) CopyFileRange(ctx context.Context, offIn int64, dst layer.File, offOut int64, n int64, flags uint32) (c int64, err error) {
 	d, ok := dst.(*File)
 	if !ok {
 		return 0, syscall.EXDEV
 	}
-	c, err := unix.CopyFileRange(f.fd, &offIn, d.fd, &offOut, int(n), int(flags))
-	return int64(c), err
+	err = f.with(func(in int) error {
+		return d.with(func(out int) error {
+			m, err := unix.CopyFileRange(in, &offIn, out, &offOut, int(n), int(flags))
+			c = int64(m)
+			return err
+		})
+	})
+	return c, err
 }
 
+// The locks belong to the open file description: a file that takes one
+// keeps its descriptor (get(true)).
+
 func (f *File) Getlk(ctx context.Context, owner uint64, lk *layer.Lock, flags uint32) (layer.Lock, error) {
+	fd, err := f.get(false)
+	if err != nil {
+		return layer.Lock{}, err
+	}
+	defer f.put()
 	fl := toFlock(lk)
-	if err := unix.FcntlFlock(uintptr(f.fd), unix.F_OFD_GETLK, &fl); err != nil {
+	if err := unix.FcntlFlock(uintptr(fd), unix.F_OFD_GETLK, &fl); err != nil {
 		return layer.Lock{}, err
 	}
 	return fromFlock(&fl), nil
 }
 
 func (f *File) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, flags uint32, wait bool) error {
+	fd, err := f.get(true)
+	if err != nil {
+		return err
+	}
+	defer f.put()
 	if flags&layer.LockFlock != 0 {
 		op := unix.LOCK_UN
 		switch lk.Type {
@@ -147,14 +230,14 @@ func (f *File) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, flags ui
 		if !wait {
 			op |= unix.LOCK_NB
 		}
-		return unix.Flock(f.fd, op)
+		return unix.Flock(fd, op)
 	}
 	fl := toFlock(lk)
 	cmd := unix.F_OFD_SETLK
 	if wait {
 		cmd = unix.F_OFD_SETLKW
 	}
-	return unix.FcntlFlock(uintptr(f.fd), cmd, &fl)
+	return unix.FcntlFlock(uintptr(fd), cmd, &fl)
 }
 
 func toFlock(lk *layer.Lock) unix.Flock_t {
@@ -176,4 +259,14 @@ func fromFlock(fl *unix.Flock_t) layer.Lock {
 	return lk
 }
 
-func (f *File) PassthroughFd() (int, bool) { return f.fd, true }
+// PassthroughFd returns a new descriptor of the file (a dup, sharing the
+// open file description), the caller's to close; the file's own may be
+// closed and reopened meanwhile (see fdCache).
+func (f *File) PassthroughFd() (int, bool) {
+	d := -1
+	err := f.with(func(fd int) (err error) {
+		d, err = unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		return err
+	})
+	return d, err == nil
+}

@@ -5,8 +5,9 @@
 // directories on the way and *at calls that do not follow a final symbolic
 // link, so no path, symlink or ".." in the directory can lead outside it,
 // even if the directory changes under us. Only open files and a bounded
-// cache of recently used directories hold descriptors, so the number of
-// descriptors does not grow with the number of files (see dirCache).
+// cache of recently used directories hold descriptors, both bounded, so the
+// number of descriptors grows neither with the number of files nor with
+// the number of open files (see dirCache and fdCache).
 //
 // Objects are created with the caller's identity and umask: the creating
 // thread takes the caller's fsuid, fsgid and supplementary groups, so
@@ -19,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -33,6 +35,7 @@ type FS struct {
 	rootFd  int
 	asOwner bool // running as root: create objects as the caller
 	dirs    dirCache
+	fds     fdCache
 	// creators run the calls that create objects (see asCaller).
 	creators creators
 }
@@ -45,7 +48,11 @@ func New(root string) (*FS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local: cannot open directory %s: %w", root, err)
 	}
-	return &FS{root: root, rootFd: fd, asOwner: os.Geteuid() == 0}, nil
+	fs := &FS{root: root, rootFd: fd, asOwner: os.Geteuid() == 0}
+	limit := nofile()
+	fs.dirs.size = min(dirCacheSize, max(limit/4, 4))
+	fs.fds.init(fd, limit)
+	return fs, nil
 }
 
 // Root is the directory's path.
@@ -56,6 +63,7 @@ func (fs *FS) Changes() layer.Changes { return 0 }
 func (fs *FS) Close() error {
 	fs.creators.close()
 	fs.dirs.close()
+	fs.fds.close()
 	return unix.Close(fs.rootFd)
 }
 
@@ -67,10 +75,24 @@ const openFlags = unix.O_ACCMODE | unix.O_APPEND | unix.O_CREAT | unix.O_EXCL | 
 	unix.O_NONBLOCK | unix.O_DSYNC | unix.O_SYNC | unix.O_DIRECT | unix.O_NOATIME |
 	unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_PATH | unix.O_LARGEFILE
 
-// openBeneath opens path below the directory dirfd.
+// openBeneath opens path below the directory dirfd. A path longer than the
+// kernel takes (PATH_MAX, which layers that lengthen names reach before their
+// callers do) is opened a piece at a time, each piece beneath the last.
 func openBeneath(dirfd int, path string, flags int, mode uint32) (int, error) {
 	if path == "" {
 		path = "."
+	}
+	if len(path) >= unix.PathMax {
+		cut := strings.LastIndexByte(path[:unix.PathMax-1], '/')
+		if cut <= 0 {
+			return -1, unix.ENAMETOOLONG
+		}
+		dfd, err := openBeneath(dirfd, path[:cut], unix.O_PATH|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return -1, err
+		}
+		defer unix.Close(dfd)
+		return openBeneath(dfd, path[cut+1:], flags, mode)
 	}
 	flags &= openFlags
 	mode &= 0o7777
@@ -291,7 +313,7 @@ func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, err
 	if err != nil {
 		return nil, err
 	}
-	return &File{fd: fd}, nil
+	return fs.newFile(fd, flags), nil
 }
 
 func (fs *FS) Create(ctx context.Context, path string, flags int, mode uint32) (layer.File, layer.Attr, error) {
@@ -303,10 +325,10 @@ func (fs *FS) Create(ctx context.Context, path string, flags int, mode uint32) (
 	if err != nil {
 		return nil, layer.Attr{}, err
 	}
-	f := &File{fd: fd}
+	f := fs.newFile(fd, flags)
 	a, err := f.Getattr(ctx)
 	if err != nil {
-		unix.Close(fd)
+		f.Release(ctx)
 		return nil, layer.Attr{}, err
 	}
 	return f, a, nil
@@ -375,7 +397,9 @@ func (fs *FS) Link(ctx context.Context, oldpath, newpath string) (a layer.Attr, 
 }
 
 func (fs *FS) Unlink(ctx context.Context, path string) error {
-	return fs.inDir(path, func(dfd int, name string) error { return unix.Unlinkat(dfd, name, 0) })
+	return fs.inDir(path, func(dfd int, name string) error {
+		return fs.fds.removeName(dfd, name, func() error { return unix.Unlinkat(dfd, name, 0) })
+	})
 }
 
 func (fs *FS) Rmdir(ctx context.Context, path string) error {
@@ -390,7 +414,12 @@ func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32)
 	defer fs.dirs.invalidate(oldpath, newpath)
 	return fs.inDir(oldpath, func(odfd int, oname string) error {
 		return fs.inDir(newpath, func(ndfd int, nname string) error {
-			return unix.Renameat2(odfd, oname, ndfd, nname, uint(flags))
+			rename := func() error { return unix.Renameat2(odfd, oname, ndfd, nname, uint(flags)) }
+			if flags&unix.RENAME_EXCHANGE != 0 {
+				return rename()
+			}
+			// The target's name goes, perhaps its last.
+			return fs.fds.removeName(ndfd, nname, rename)
 		})
 	})
 }

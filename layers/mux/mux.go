@@ -20,7 +20,7 @@ type FS struct {
 	layer.NotImplemented
 	lowers []layer.FS
 	names  []string
-	byName map[string]layer.FS
+	byName map[string]int
 }
 
 // New builds a mux over lowers; names may be nil.
@@ -33,9 +33,9 @@ func New(lowers []layer.FS, names []string) (*FS, error) {
 	if len(names) != len(lowers) {
 		return nil, syscall.EINVAL
 	}
-	m := &FS{lowers: lowers, names: names, byName: map[string]layer.FS{}}
+	m := &FS{lowers: lowers, names: names, byName: map[string]int{}}
 	for i, n := range names {
-		m.byName[n] = lowers[i]
+		m.byName[n] = i
 	}
 	return m, nil
 }
@@ -59,12 +59,65 @@ func (m *FS) Changes() layer.Changes { return layer.ChangesPlacement }
 // route splits a path into the lower it lives in and the path there. The
 // root itself has no lower.
 func (m *FS) route(path string) (layer.FS, string, error) {
-	first, rest, _ := strings.Cut(path, "/")
-	l, ok := m.byName[first]
-	if !ok {
-		return nil, "", syscall.ENOENT
+	i, rest, err := m.index(path)
+	if err != nil {
+		return nil, "", err
 	}
-	return l, rest, nil
+	return m.lowers[i], rest, nil
+}
+
+func (m *FS) index(path string) (int, string, error) {
+	first, rest, _ := strings.Cut(path, "/")
+	i, ok := m.byName[first]
+	if !ok {
+		return 0, "", syscall.ENOENT
+	}
+	return i, rest, nil
+}
+
+// Objects of different lowers must never share an identity, even when two
+// lowers are one file system: every Attr that comes up is tagged with the
+// lower's branch (layer.TagBranch), and so are the open files'.
+
+// attr tags the attributes a lower returned for path:
+// m.attr(path)(l.Getattr(ctx, p)).
+func (m *FS) attr(path string) func(layer.Attr, error) (layer.Attr, error) {
+	return func(a layer.Attr, err error) (layer.Attr, error) {
+		if err == nil {
+			i, _, _ := m.index(path)
+			layer.TagBranch(&a, i, len(m.lowers))
+		}
+		return a, err
+	}
+}
+
+// file tags an open file of lower i.
+type file struct {
+	layer.BaseFile
+	i, n int
+}
+
+func (f *file) Getattr(ctx context.Context) (layer.Attr, error) {
+	a, err := f.Lower.Getattr(ctx)
+	layer.TagBranch(&a, f.i, f.n)
+	return a, err
+}
+
+func (f *file) Setattr(ctx context.Context, in *layer.SetAttr) (layer.Attr, error) {
+	a, err := f.Lower.Setattr(ctx, in)
+	layer.TagBranch(&a, f.i, f.n)
+	return a, err
+}
+
+// KeepCache forwards the lower file's (see layer.CacheKeeper).
+func (f *file) KeepCache() bool {
+	k, ok := f.Lower.(layer.CacheKeeper)
+	return ok && k.KeepCache()
+}
+
+func (m *FS) file(path string, f layer.File) layer.File {
+	i, _, _ := m.index(path)
+	return &file{BaseFile: layer.BaseFile{Lower: f}, i: i, n: len(m.lowers)}
 }
 
 // routeEntry is route for operations that create or remove the named
@@ -84,7 +137,8 @@ func (m *FS) Getattr(ctx context.Context, path string) (layer.Attr, error) {
 	if err != nil {
 		return layer.Attr{}, err
 	}
-	return l.Getattr(ctx, p)
+	a, err := l.Getattr(ctx, p)
+	return m.attr(path)(a, err)
 }
 
 func (m *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirEntry, error) {
@@ -94,6 +148,7 @@ func (m *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirEn
 			e := layer.DirEntry{Name: n, Mode: syscall.S_IFDIR}
 			if plus {
 				if a, err := m.lowers[i].Getattr(ctx, ""); err == nil {
+					layer.TagBranch(&a, i, len(m.lowers))
 					e.Attr, e.Ino = &a, a.Ino
 				}
 			}
@@ -101,11 +156,17 @@ func (m *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirEn
 		}
 		return out, nil
 	}
-	l, p, err := m.route(path)
+	i, p, err := m.index(path)
 	if err != nil {
 		return nil, err
 	}
-	return l.ReadDir(ctx, p, plus)
+	ents, err := m.lowers[i].ReadDir(ctx, p, plus)
+	for _, e := range ents {
+		if e.Attr != nil {
+			layer.TagBranch(e.Attr, i, len(m.lowers))
+		}
+	}
+	return ents, err
 }
 
 func (m *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (layer.Attr, error) {
@@ -116,7 +177,8 @@ func (m *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (layer
 	if err != nil {
 		return layer.Attr{}, err
 	}
-	return l.Setattr(ctx, p, in)
+	a, err := l.Setattr(ctx, p, in)
+	return m.attr(path)(a, err)
 }
 
 func (m *FS) Open(ctx context.Context, path string, flags int) (layer.File, error) {
@@ -124,7 +186,11 @@ func (m *FS) Open(ctx context.Context, path string, flags int) (layer.File, erro
 	if err != nil {
 		return nil, err
 	}
-	return l.Open(ctx, p, flags)
+	f, err := l.Open(ctx, p, flags)
+	if err != nil {
+		return nil, err
+	}
+	return m.file(path, f), nil
 }
 
 func (m *FS) Create(ctx context.Context, path string, flags int, mode uint32) (layer.File, layer.Attr, error) {
@@ -132,7 +198,12 @@ func (m *FS) Create(ctx context.Context, path string, flags int, mode uint32) (l
 	if err != nil {
 		return nil, layer.Attr{}, err
 	}
-	return l.Create(ctx, p, flags, mode)
+	f, a, err := l.Create(ctx, p, flags, mode)
+	if err != nil {
+		return nil, a, err
+	}
+	a, _ = m.attr(path)(a, nil)
+	return m.file(path, f), a, nil
 }
 
 func (m *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, error) {
@@ -140,7 +211,7 @@ func (m *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, e
 	if err != nil {
 		return layer.Attr{}, err
 	}
-	return l.Mkdir(ctx, p, mode)
+	return m.attr(path)(l.Mkdir(ctx, p, mode))
 }
 
 func (m *FS) Mknod(ctx context.Context, path string, mode uint32, rdev uint64) (layer.Attr, error) {
@@ -148,7 +219,7 @@ func (m *FS) Mknod(ctx context.Context, path string, mode uint32, rdev uint64) (
 	if err != nil {
 		return layer.Attr{}, err
 	}
-	return l.Mknod(ctx, p, mode, rdev)
+	return m.attr(path)(l.Mknod(ctx, p, mode, rdev))
 }
 
 func (m *FS) Symlink(ctx context.Context, target, path string) (layer.Attr, error) {
@@ -156,7 +227,7 @@ func (m *FS) Symlink(ctx context.Context, target, path string) (layer.Attr, erro
 	if err != nil {
 		return layer.Attr{}, err
 	}
-	return l.Symlink(ctx, target, p)
+	return m.attr(path)(l.Symlink(ctx, target, p))
 }
 
 func (m *FS) Readlink(ctx context.Context, path string) (string, error) {
@@ -188,7 +259,7 @@ func (m *FS) Link(ctx context.Context, oldpath, newpath string) (layer.Attr, err
 	if err != nil {
 		return layer.Attr{}, err
 	}
-	return l.Link(ctx, a, b)
+	return m.attr(newpath)(l.Link(ctx, a, b))
 }
 
 func (m *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32) error {

@@ -1,0 +1,92 @@
+package fusefs
+
+import (
+	"sync"
+
+	"cairn/layer"
+)
+
+// inoMap gives every object the stack serves its inode number, which is
+// also its node in go-fuse's tree, from the object's identity (layer.ID:
+// the lower's device and inode numbers and the fan-out branch). Equal IDs
+// (hard links) get one number, different IDs different numbers, so files of
+// two file systems under one lower, or of two lowers of a fan-out layer,
+// never share a node. The layout is gocryptfs's inomap:
+//
+//	[0][15-bit namespace][48-bit lower inode number]
+//	[1][63-bit serial number]
+//
+// A namespace is one (device, branch) pair, numbered in the order the mount
+// meets them; the root's comes first, as 0, so the files of the root's own
+// file system keep the lower's inode numbers. A lower inode number of 2^48
+// or more, or a namespace past the 32767th, takes a serial number instead
+// ("spilled"), kept while the kernel knows the object (see forget); serial
+// numbers are never reused.
+type inoMap struct {
+	mu    sync.Mutex
+	ns    map[nsKey]uint64
+	spill map[layer.ID]uint64
+	next  uint64 // next serial number
+}
+
+type nsKey struct{ dev, branch uint64 }
+
+const (
+	nsShift  = 48
+	maxNs    = 1<<15 - 1
+	maxIno   = 1<<nsShift - 1
+	spillBit = 1 << 63
+)
+
+// ino is the inode number of id, for a node.
+func (m *inoMap) ino(id layer.ID) uint64 { return m.get(id, true) }
+
+// direntIno is the inode number of id for a directory entry that may get
+// no node (plain READDIR): a spilled number it makes is not kept, so
+// listings do not grow the map (such an entry's d_ino then differs from the
+// st_ino a later lookup gives).
+func (m *inoMap) direntIno(id layer.ID) uint64 { return m.get(id, false) }
+
+func (m *inoMap) get(id layer.ID, keep bool) uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if id.Ino <= maxIno {
+		k := nsKey{id.Dev, id.Branch}
+		ns, ok := m.ns[k]
+		if !ok && len(m.ns) < maxNs {
+			if m.ns == nil {
+				m.ns = make(map[nsKey]uint64)
+			}
+			ns, ok = uint64(len(m.ns)), true
+			m.ns[k] = ns
+		}
+		if ok {
+			return ns<<nsShift | id.Ino
+		}
+	}
+	if n, ok := m.spill[id]; ok {
+		return n
+	}
+	n := spillBit | m.next
+	m.next++
+	if keep {
+		if m.spill == nil {
+			m.spill = make(map[layer.ID]uint64)
+		}
+		m.spill[id] = n
+	}
+	return n
+}
+
+// forget drops a spilled number once the kernel has forgotten its node; the
+// next lookup of the object gives it a new one.
+func (m *inoMap) forget(id layer.ID, ino uint64) {
+	if ino&spillBit == 0 {
+		return
+	}
+	m.mu.Lock()
+	if m.spill[id] == ino {
+		delete(m.spill, id)
+	}
+	m.mu.Unlock()
+}

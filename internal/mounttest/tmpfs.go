@@ -1,0 +1,31 @@
+package mounttest
+
+import (
+	"os"
+	"syscall"
+	"testing"
+)
+
+// Tmpfs mounts a new, small tmpfs on dir (made if missing; a new temporary
+// directory if dir is "") and unmounts it when the test ends. Each tmpfs is
+// its own file system, with its own device number and inode numbers counted
+// from the start: two of them, or one inside a lower directory, give files
+// of different file systems with equal inode numbers. Needs root.
+func Tmpfs(t testing.TB, dir string) string {
+	t.Helper()
+	NeedRoot(t)
+	if dir == "" {
+		dir = t.TempDir()
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("cairn-test", dir, "tmpfs", 0, "size=64m,mode=0755"); err != nil {
+		t.Fatalf("mount tmpfs on %s: %v", dir, err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, 0); err != nil {
+			syscall.Unmount(dir, syscall.MNT_DETACH)
+		}
+	})
+	return dir
+}

@@ -1,0 +1,290 @@
+package local
+
+import (
+	"container/list"
+	"strconv"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// fdCache bounds the descriptors that open files hold, so that one process
+// holding many files open through the mount cannot use up the daemon's
+// descriptors and make everyone else's open fail with EMFILE. At most max
+// open files hold a descriptor; past that, the least recently used one is
+// closed, and reopened on its next use from a file handle
+// (name_to_handle_at, open_by_handle_at), which reaches the same inode even
+// after renames. With kernel passthrough the kernel keeps its own reference
+// to the file, so a passed-through file that the daemon does not use costs
+// the daemon no descriptor at all.
+//
+// A file keeps its descriptor (it is "pinned") when closing it would lose
+// something a reopen cannot give back: a lock (POSIX and flock locks
+// belong to the open file description), an inode with no name left (an
+// unlinked file that is still open lives only as long as a descriptor),
+// or a lower that gives no handles. Unlink and rename through this layer
+// reopen and pin the files of an inode before they remove its last name.
+// A file unlinked behind the layer's back while its descriptor was closed
+// is gone: its next use fails with ESTALE.
+//
+// open_by_handle_at needs CAP_DAC_READ_SEARCH: a daemon without it (not
+// root) keeps every descriptor, as before.
+type fdCache struct {
+	mu       sync.Mutex
+	max      int       // open files that may hold a descriptor that can be closed
+	lru      list.List // of *File holding such a descriptor, most recent first
+	closed   map[fileKey][]*File
+	removing map[fileKey]int // inodes whose name an unlink or rename removes now
+	handles  bool            // reopening by handle works here
+	mounts   map[int]int     // mount id -> a descriptor on it, for open_by_handle_at
+}
+
+type fileKey struct{ dev, ino uint64 }
+
+// nofile is the process's soft limit of open descriptors.
+func nofile() int {
+	var rl unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) != nil || rl.Cur > 1<<30 {
+		return 1 << 30
+	}
+	return int(rl.Cur)
+}
+
+// init sets the bound from the daemon's descriptor limit (half of it: a
+// quarter is for directories (dirCache), the rest for the FUSE device and
+// short-lived descriptors) and finds out whether handles can be opened.
+func (c *fdCache) init(rootFd, limit int) {
+	c.max = max(limit/2, 16)
+	// open_by_handle_at wants a descriptor that is not O_PATH.
+	dir, err := unix.Openat(rootFd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	h, mnt, err := unix.NameToHandleAt(dir, "", unix.AT_EMPTY_PATH)
+	if err != nil {
+		unix.Close(dir)
+		return
+	}
+	fd, err := unix.OpenByHandleAt(dir, h, unix.O_RDONLY|unix.O_CLOEXEC)
+	if err != nil {
+		unix.Close(dir)
+		return
+	}
+	unix.Close(fd)
+	c.handles, c.mounts = true, map[int]int{mnt: dir}
+}
+
+// add registers a newly opened file.
+func (c *fdCache) add(f *File) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.handles {
+		f.pinned = true
+		return
+	}
+	f.elem = c.lru.PushFront(f)
+	c.trim(f)
+}
+
+// get returns f's descriptor, reopening it if the cache closed it; put
+// must follow. With pin set, the file keeps its descriptor from now on.
+func (f *File) get(pin bool) (int, error) {
+	c := &f.fs.fds
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f.fd < 0 {
+		if f.released {
+			return -1, unix.EBADF
+		}
+		fd, err := unix.OpenByHandleAt(f.mountFd, f.handle, f.reopenFlags())
+		if err != nil {
+			return -1, err
+		}
+		f.fd = fd
+		c.forgetClosed(f)
+		if !f.pinned {
+			f.elem = c.lru.PushFront(f)
+			c.trim(f)
+		}
+	} else if f.elem != nil {
+		c.lru.MoveToFront(f.elem)
+	}
+	if pin && !f.pinned {
+		c.pin(f)
+	}
+	f.busy++
+	return f.fd, nil
+}
+
+func (f *File) put() {
+	c := &f.fs.fds
+	c.mu.Lock()
+	f.busy--
+	c.mu.Unlock()
+}
+
+// reopenFlags are the file's open flags without those that act only when
+// a file is opened by name.
+func (f *File) reopenFlags() int {
+	return f.flags&^(unix.O_CREAT|unix.O_EXCL|unix.O_TRUNC|unix.O_NOCTTY|unix.O_NOFOLLOW|unix.O_PATH) | unix.O_CLOEXEC
+}
+
+// pin keeps f's descriptor (c.mu held; f holds one).
+func (c *fdCache) pin(f *File) {
+	f.pinned = true
+	if f.elem != nil {
+		c.lru.Remove(f.elem)
+		f.elem = nil
+	}
+}
+
+// trim closes the descriptors of the least recently used files past the
+// bound, sparing keep and the files in use (c.mu held).
+func (c *fdCache) trim(keep *File) {
+	e := c.lru.Back()
+	for c.lru.Len() > c.max && e != nil {
+		f := e.Value.(*File)
+		e = e.Prev()
+		if f != keep && f.busy == 0 {
+			c.closeFd(f)
+		}
+	}
+}
+
+// closeFd closes f's descriptor, or pins it if a reopen could not reach the
+// same file (c.mu held).
+func (c *fdCache) closeFd(f *File) {
+	var st unix.Stat_t
+	if unix.Fstat(f.fd, &st) != nil || st.Nlink == 0 {
+		c.pin(f)
+		return
+	}
+	key := fileKey{st.Dev, st.Ino}
+	if c.removing[key] > 0 {
+		return // its name is going: leave it for now
+	}
+	if !f.hasHandle {
+		h, mnt, err := unix.NameToHandleAt(f.fd, "", unix.AT_EMPTY_PATH)
+		if err != nil {
+			c.pin(f)
+			return
+		}
+		mfd, ok := c.mountFd(mnt, f.fd, st.Mode)
+		if !ok {
+			c.pin(f)
+			return
+		}
+		f.handle, f.mountFd, f.hasHandle = h, mfd, true
+	}
+	c.lru.Remove(f.elem)
+	f.elem = nil
+	if err := unix.Close(f.fd); err != nil && f.lateErr == nil {
+		f.lateErr = err
+	}
+	f.fd, f.key = -1, key
+	if c.closed == nil {
+		c.closed = make(map[fileKey][]*File)
+	}
+	c.closed[key] = append(c.closed[key], f)
+}
+
+// mountFd gives a descriptor of the mount with id mnt, on which fd is, for
+// open_by_handle_at: the root directory's for the root's mount; for a file
+// system mounted inside the root, one more descriptor of the first file
+// (regular or directory) met on it, kept until Close (c.mu held).
+func (c *fdCache) mountFd(mnt, fd int, mode uint32) (int, bool) {
+	if m, ok := c.mounts[mnt]; ok {
+		return m, true
+	}
+	if t := mode & unix.S_IFMT; t != unix.S_IFREG && t != unix.S_IFDIR {
+		return -1, false
+	}
+	m, err := unix.Open("/proc/self/fd/"+strconv.Itoa(fd), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, false
+	}
+	c.mounts[mnt] = m
+	return m, true
+}
+
+// forgetClosed removes f from the closed files (c.mu held).
+func (c *fdCache) forgetClosed(f *File) {
+	fs := c.closed[f.key]
+	for i, g := range fs {
+		if g == f {
+			fs = append(fs[:i], fs[i+1:]...)
+			break
+		}
+	}
+	if len(fs) == 0 {
+		delete(c.closed, f.key)
+	} else {
+		c.closed[f.key] = fs
+	}
+}
+
+// release drops f for good and returns the error of a late close.
+func (c *fdCache) release(f *File) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f.released = true
+	err := f.lateErr
+	if f.fd < 0 {
+		c.forgetClosed(f)
+		return err
+	}
+	if f.elem != nil {
+		c.lru.Remove(f.elem)
+		f.elem = nil
+	}
+	if e := unix.Close(f.fd); err == nil {
+		err = e
+	}
+	f.fd = -1
+	return err
+}
+
+// removeName runs remove, which takes a name away from the object that
+// dirfd/name is, after reopening and pinning the files of that object whose
+// descriptor was closed: the name may be its last, and a closed descriptor
+// could not be reopened afterwards.
+func (c *fdCache) removeName(dirfd int, name string, remove func() error) error {
+	if !c.handles {
+		return remove()
+	}
+	var st unix.Stat_t
+	if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return remove()
+	}
+	key := fileKey{st.Dev, st.Ino}
+	c.mu.Lock()
+	if c.removing == nil {
+		c.removing = make(map[fileKey]int)
+	}
+	c.removing[key]++
+	for _, f := range append([]*File(nil), c.closed[key]...) {
+		if fd, err := unix.OpenByHandleAt(f.mountFd, f.handle, f.reopenFlags()); err == nil {
+			f.fd = fd
+			c.forgetClosed(f)
+			f.pinned = true
+		}
+	}
+	c.mu.Unlock()
+	err := remove()
+	c.mu.Lock()
+	if c.removing[key]--; c.removing[key] == 0 {
+		delete(c.removing, key)
+	}
+	c.mu.Unlock()
+	return err
+}
+
+// close releases the mount descriptors.
+func (c *fdCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range c.mounts {
+		unix.Close(m)
+	}
+	c.mounts = nil
+}
