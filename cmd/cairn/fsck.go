@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -15,8 +16,11 @@ import (
 	"cairn/layers/codec"
 )
 
+// exitDropped: fsck --repair --force dropped data (kept in lost+found).
+const exitDropped = 6
+
 func init() {
-	register(&command{name: "fsck", args: "[--repair] [-q] SPEC",
+	register(&command{name: "fsck", args: "[--repair [--force]] [-q] SPEC",
 		summary: "check (and repair) the files of a stack's size-changing layers",
 		run:     func(a []string) int { return runFsck(a, os.Stdout, os.Stderr) }})
 }
@@ -24,21 +28,36 @@ func init() {
 func runFsck(args []string, stdout, stderr io.Writer) int {
 	fl := flag.NewFlagSet("fsck", flag.ContinueOnError)
 	fl.SetOutput(stderr)
-	repair := fl.Bool("repair", false, "rebuild indexes that are missing, stale or wrong")
+	repair := fl.Bool("repair", false, "rebuild indexes and headers that are missing, stale or wrong (never drops data)")
+	force := fl.Bool("force", false, "with --repair: also drop data that cannot be read back, keeping a copy of each file in lost+found")
 	quiet := fl.Bool("q", false, "report only files with problems")
 	fl.Usage = func() {
-		fmt.Fprintf(fl.Output(), `Usage: cairn fsck [--repair] [-q] SPEC
+		fmt.Fprintf(fl.Output(), `Usage: cairn fsck [--repair [--force]] [-q] SPEC
 
 Checks every file under each size-changing layer (copy, uuencode, gzip, zstd,
 lz4) of the stack SPEC: the header and index of each file against a scan of
-its records, and every chunk's data. With --repair it rebuilds the indexes
-that are missing, stale or wrong (chunks whose data is damaged cannot be
-brought back: reading them gives EIO). It refuses a stack that is mounted
-(or being checked): unmount it first.
+its records, and every chunk's data. It refuses a stack that is mounted (or
+being checked): unmount it first.
 
-Exits 0 if everything is consistent (after --repair: if everything could be
-repaired), 1 if problems or damage remain, 2 on a bad command line, 3 if the
-spec is invalid, 5 if the stack is in use.
+With --repair it rebuilds the indexes and headers that are missing, stale or
+wrong, which changes no byte of any file, and prints per file what it
+changed. It drops no data: chunks whose data is damaged stay as they are
+(reading them gives EIO), and a file with lost records (destroyed headers:
+which bytes they changed is unknown) stays unserved; fsck says what a
+forced repair would drop. With --repair --force it drops those: a copy of
+the file's lower file is kept first in lost+found at the root of the
+layer's lower directory (fsck skips that directory), then damaged chunks,
+and in a file with lost records every chunk written before the first lost
+one (a lost truncation must not bring removed bytes back), become zeros; it
+prints each chunk dropped and the bytes lost.
+
+Exit codes:
+  0  every file is consistent (after --repair: repaired without losing data)
+  1  problems or damage remain (or a repair was refused: see --force)
+  2  bad command line
+  3  the spec is invalid
+  5  the stack is in use (mounted, or being checked)
+  6  --repair --force dropped data (every file dropped is kept in lost+found)
 
 Flags:
 `)
@@ -47,9 +66,16 @@ Flags:
 	if code, ok := parseArgs(fl, args); !ok {
 		return code
 	}
-	if fl.NArg() != 1 {
+	if fl.NArg() != 1 || (*force && !*repair) {
 		fl.Usage()
 		return exitUsage
+	}
+	mode := codec.CheckOnly
+	if *repair {
+		mode = codec.Repair
+		if *force {
+			mode = codec.RepairForce
+		}
 	}
 	s, err := loadSpec(fl.Arg(0))
 	if err != nil {
@@ -83,6 +109,7 @@ Flags:
 		return exitFailed
 	}
 	bad := 0
+	var dropped int64
 	for _, l := range layers {
 		var files []string
 		if err := codec.Walk(ctx, l, "", func(p string) error { files = append(files, p); return nil }); err != nil {
@@ -92,7 +119,7 @@ Flags:
 		var problems, damaged, repaired int
 		for i, p := range files {
 			bar.update(i, p)
-			rep, err := l.Check(ctx, p, *repair)
+			rep, err := l.Check(ctx, p, mode)
 			if err != nil {
 				bar.clear()
 				fmt.Fprintf(stdout, "%s: cannot check: %v\n", p, err)
@@ -102,8 +129,15 @@ Flags:
 			if rep.Repaired {
 				repaired++
 			}
+			dropped += rep.Dropped
+			if rep.LostAccepted > 0 {
+				dropped++ // data lost, even if no byte of it is counted
+			}
 			if !rep.OK() {
 				problems += len(rep.Problems)
+				if rep.Lost != "" && !slices.Contains(rep.Problems, rep.Lost) {
+					problems++
+				}
 				damaged += len(rep.Damaged)
 				bad++
 			}
@@ -118,6 +152,10 @@ Flags:
 	}
 	if bad > 0 {
 		return exitFailed
+	}
+	if dropped > 0 {
+		fmt.Fprintf(stdout, "data was dropped (each file's report says what): the files as they were are in %s\n", codec.LostFound)
+		return exitDropped
 	}
 	return exitOK
 }

@@ -112,6 +112,7 @@ Exit codes:
   3  the spec is invalid
   4  the mount could not be made
   5  the stack is in use (fsck of a mounted stack)
+  6  fsck --repair --force dropped data (kept in lost+found; see cairn fsck -h)
 `)
 }
 

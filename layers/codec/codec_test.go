@@ -173,23 +173,49 @@ func TestIncompressibleRaw(t *testing.T) {
 }
 
 // TestWriteMiddleCost: a write in the middle appends about one chunk,
-// whatever the file's size.
+// whatever the file's size, and the file reads back with the new byte (in
+// this stack and in a fresh one).
 func TestWriteMiddleCost(t *testing.T) {
 	ctx := context.Background()
 	lower, fs := newStack(t, "copy", Options{ChunkSize: 16384})
 	big := make([]byte, 8<<20)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
 	if err := layer.WriteFile(ctx, fs, "f", big, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	st0, _ := os.Stat(filepath.Join(lower, "f"))
-	f, _ := fs.Open(ctx, "f", unix.O_RDWR)
-	f.WriteAt(ctx, []byte("x"), 4<<20)
-	f.Flush(ctx)
-	st1, _ := os.Stat(filepath.Join(lower, "f"))
-	if grew := st1.Size() - st0.Size(); grew > 16384+200 {
-		t.Fatalf("a 1-byte write in the middle appended %d bytes", grew)
+	st0, err := os.Stat(filepath.Join(lower, "f"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	f.Release(ctx)
+	f, err := fs.Open(ctx, "f", unix.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := f.WriteAt(ctx, []byte("x"), 4<<20); n != 1 || err != nil {
+		t.Fatalf("write in the middle: %d, %v", n, err)
+	}
+	if err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st1, err := os.Stat(filepath.Join(lower, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if grew := st1.Size() - st0.Size(); grew <= 0 || grew > 16384+200 {
+		t.Fatalf("a 1-byte write in the middle appended %d bytes, want one chunk", grew)
+	}
+	if err := f.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	big[4<<20] = 'x'
+	for _, s := range []*FS{fs, newStackAt(t, lower, "copy", Options{})} {
+		got, err := layer.ReadFile(ctx, s, "f")
+		if err != nil || !bytes.Equal(got, big) {
+			t.Fatalf("after a write in the middle: %d bytes (%v), first difference %d", len(got), err, firstDiff(got, big))
+		}
+	}
 }
 
 // TestCompaction: rewriting a file many times keeps its lower size bounded.

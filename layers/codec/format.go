@@ -46,11 +46,22 @@ const (
 	flagReset = 2 // size record: records of lower generations are dead
 )
 
+// Header slot flags.
+const (
+	// slotWhole: every generation from 1, or from the log's newest reset
+	// record, up to the header's is in the log (files written since this
+	// flag exists; older files may lack early generations after a
+	// truncation to zero). Opening then knows that a missing generation is
+	// a destroyed record, with or without a checkpoint.
+	slotWhole = 1
+)
+
 // slot is one header slot.
 type slot struct {
 	codec   uint8
 	shift   uint8
 	salt    uint32
+	flags   uint32
 	seq     uint64 // the higher valid slot wins
 	size    int64  // logical size when written
 	logEnd  int64  // the log's end when written: stat trusts size only if the file still ends there
@@ -65,6 +76,7 @@ func (s *slot) marshal() []byte {
 	b[6] = s.codec
 	b[7] = s.shift
 	binary.LittleEndian.PutUint32(b[8:], s.salt)
+	binary.LittleEndian.PutUint32(b[12:], s.flags)
 	binary.LittleEndian.PutUint64(b[16:], s.seq)
 	binary.LittleEndian.PutUint64(b[24:], uint64(s.size))
 	binary.LittleEndian.PutUint64(b[32:], uint64(s.logEnd))
@@ -90,6 +102,7 @@ func parseSlot(b []byte) (slot, error) {
 	}
 	s.codec, s.shift = b[6], b[7]
 	s.salt = binary.LittleEndian.Uint32(b[8:])
+	s.flags = binary.LittleEndian.Uint32(b[12:])
 	s.seq = binary.LittleEndian.Uint64(b[16:])
 	s.size = int64(binary.LittleEndian.Uint64(b[24:]))
 	s.logEnd = int64(binary.LittleEndian.Uint64(b[32:]))

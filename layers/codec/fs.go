@@ -163,7 +163,7 @@ func (fs *FS) acquire(ctx context.Context, path string, lf layer.File, ro bool) 
 	fs.mu.Unlock()
 	err = st.load(ctx)
 	if err == nil && st.lost != "" {
-		err = fmt.Errorf("codec: %s: %s (cairn fsck --repair)", path, st.lost)
+		err = fmt.Errorf("codec: %s: %s (cairn fsck --repair --force drops what they may have changed)", path, st.lost)
 	}
 	if err == nil && st.hdrStale && !st.ro && st.logEnd != 0 {
 		// After a crash: record what was replayed, so that stat is cheap.
@@ -464,7 +464,8 @@ func (fs *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (laye
 const setTimes = layer.SetAtime | layer.SetMtime | layer.SetAtimeNow | layer.SetMtimeNow
 
 // syncOpen writes out what an open file at path has pending, so that a
-// change of its times is not undone by a later write of the engine.
+// change of its times or capability is not undone by a later write of the
+// engine.
 func (fs *FS) syncOpen(ctx context.Context, path string) error {
 	la, err := fs.Lower.Getattr(ctx, path)
 	if err != nil || !la.IsRegular() {
@@ -479,6 +480,19 @@ func (fs *FS) syncOpen(ctx context.Context, path string) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.sync(ctx, false, true)
+}
+
+// Setxattr of a file capability writes out what an open file has pending
+// first: the lower file system drops security.capability at every write,
+// so a later write of the engine (at the file's last close) would remove
+// the capability that setcap(8) just set.
+func (fs *FS) Setxattr(ctx context.Context, path, name string, value []byte, flags int) error {
+	if name == "security.capability" {
+		if err := fs.syncOpen(ctx, path); err != nil {
+			return err
+		}
+	}
+	return fs.Lower.Setxattr(ctx, path, name, value, flags)
 }
 
 func (fs *FS) Link(ctx context.Context, oldpath, newpath string) (layer.Attr, error) {

@@ -76,7 +76,7 @@ func TestFsxMount(t *testing.T) {
 					if err != nil || !bytes.Equal(got, want) {
 						t.Fatalf("fresh stack reads fsx-%d differently (%v): %d bytes, want %d", i, err, len(got), len(want))
 					}
-					rep, err := fresh.Check(context.Background(), "fsx-"+strconv.Itoa(i), false)
+					rep, err := fresh.Check(context.Background(), "fsx-"+strconv.Itoa(i), CheckOnly)
 					if err != nil || !rep.OK() {
 						t.Fatalf("fsck of fsx-%d: %+v %v", i, rep, err)
 					}

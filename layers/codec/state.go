@@ -53,7 +53,11 @@ type state struct {
 	ckptLen  int64  // their bytes: what opening replays after the checkpoint
 	live     int64  // bytes of records in chunks
 	hdrStale bool   // the header does not describe the log
+	whole    bool   // every generation from 1 or the newest reset is in the log (slotWhole)
+	needCkpt bool   // gaps a crash left were accepted: the next sync writes a checkpoint
 	lost     string // records known to be lost (damage): the file is not served
+	missing  gaps   // their generations
+	broken   error  // a failed append could not be cut off: no more writes until reopened
 
 	problems []string // found while loading (for fsck)
 	scanned  int      // records replayed while loading
@@ -116,6 +120,7 @@ func (s *state) load(ctx context.Context) error {
 		s.shift = s.fs.shift
 		s.cs = 1 << s.shift
 		s.salt = s.fs.newSalt()
+		s.whole = true
 		return nil
 	}
 	area := make([]byte, headerSize)
@@ -125,6 +130,16 @@ func (s *state) load(ctx context.Context) error {
 	}
 	sl, ok := bestSlot(area[:n])
 	base := int64(headerSize)
+	if !ok && fsize < headerSize && bytes.HasPrefix(area[:n], slotMagic[:min(n, len(slotMagic))]) {
+		// The header of a new file, torn by a crash before any record was
+		// written: the file is empty (and the header is written again
+		// before the first record).
+		s.shift = s.fs.shift
+		s.cs = 1 << s.shift
+		s.salt = s.fs.newSalt()
+		s.whole = true
+		return nil
+	}
 	if !ok {
 		s.problems = append(s.problems, "header unreadable: the index is rebuilt from the records")
 		// Learn the salt and chunk size from the first record.
@@ -141,6 +156,7 @@ func (s *state) load(ctx context.Context) error {
 	s.shift, s.salt = sl.shift, sl.salt
 	s.cs = 1 << s.shift
 	s.hdrSeq = sl.seq
+	s.whole = sl.flags&slotWhole != 0
 	var ckptGen uint64
 	if sl.ckptOff != 0 {
 		if g, end, err := s.loadCheckpoint(ctx, sl.ckptOff, fsize); err != nil {
@@ -153,19 +169,28 @@ func (s *state) load(ctx context.Context) error {
 			s.ckptOff = sl.ckptOff
 		}
 	}
-	if !s.hdrStale && (sl.logEnd != fsize) {
+	// A sound header whose log end is the file's end was written after
+	// every record up to its generation had been written whole (a damaged
+	// checkpoint does not change that).
+	trusted := ok && sl.logEnd == fsize
+	if sl.logEnd != fsize {
 		s.hdrStale = true
 	}
-	// A sound header whose log end is the file's end was written after
-	// every record up to its generation had been written whole.
-	trusted := !s.hdrStale
 	recs, err := s.scan(ctx, base, fsize, nil)
 	if err != nil {
 		return err
 	}
-	maxGen := max(sl.gen, ckptGen)
+	// The next generation follows the newest record found, and the header's
+	// only when it is trusted: a stale header (after a crash that lost
+	// records it had counted, or a cut file) may name generations whose
+	// records are gone, and a header written now must not claim them.
+	maxGen := ckptGen
+	if trusted {
+		maxGen = max(maxGen, sl.gen)
+	}
 	validEnd := base
 	found := map[uint64]bool{}
+	var floor uint64 = 1 // generations below the newest reset record are dead
 	var tail []srec
 	for _, r := range recs {
 		maxGen = max(maxGen, r.r.gen)
@@ -176,26 +201,53 @@ func (s *state) load(ctx context.Context) error {
 				tail = append(tail, r)
 			}
 		}
+		if r.r.typ == recSize && r.r.flags&flagReset != 0 {
+			floor = max(floor, r.r.gen)
+		}
 	}
-	if trusted && sl.logEnd > base {
-		// Generations are given out one by one as records are written,
-		// so every one after the checkpoint (without one: the newest)
-		// must be in the log. One that is not is a record whose header
-		// was destroyed: which chunk it changed is unknown, and serving
-		// the chunks as they were before it could give stale bytes.
-		lo := sl.gen
-		if s.ckptOff != 0 {
-			lo = ckptGen + 1
+	// Generations are given out one by one as records are written, so the
+	// log holds every one after the checkpoint, and, in a file whose header
+	// says so (slotWhole), every one from 1 or the newest reset record. One
+	// that is not there is a record whose header was destroyed: which chunk
+	// it changed is unknown, and serving the chunks as they were before it
+	// could give stale bytes (or zeros).
+	//
+	// The newest generation is known when the header is sound and the file
+	// ends at its log end (the header was written after every record up to
+	// its generation). Otherwise (after a crash, or with the newest slot
+	// damaged) the header is older than the log: every generation up to
+	// its own must still be there, but later ones may be missing because a
+	// crash tore or lost them (compaction writes its reset record after
+	// copies of higher generations; without an fsync the disk may keep
+	// later pages and lose earlier ones), which is what a crash may do to
+	// records that no fsync acknowledged. Those gaps are accepted, and the
+	// next sync writes a checkpoint so that they are not taken for damage
+	// later.
+	lo, hi := uint64(0), sl.gen
+	switch {
+	case s.ckptOff != 0:
+		lo = ckptGen + 1
+	case s.whole:
+		lo = floor
+	case trusted:
+		lo = sl.gen // files without slotWhole: only the newest is known
+	}
+	for g := range found {
+		hi = max(hi, g)
+	}
+	if lo != 0 && hi >= lo && ok {
+		limit := hi // gaps up to here are damage
+		if !trusted {
+			limit = min(hi, sl.gen)
 		}
-		var missing []uint64
-		for g := lo; g <= sl.gen; g++ {
-			if !found[g] {
-				missing = append(missing, g)
-			}
+		missing := findGaps(found, lo, limit)
+		if !trusted && findGaps(found, max(lo, limit+1), hi).n > 0 {
+			s.needCkpt, s.whole = true, false
 		}
-		if len(missing) > 0 {
-			s.lost = fmt.Sprintf("%d record(s) after the checkpoint are missing (generations %d to %d): their headers are damaged, and the chunks they changed are unknown", len(missing), missing[0], missing[len(missing)-1])
-			s.problems = append(s.problems, s.lost+"; --repair keeps what the other records give")
+		if missing.n > 0 {
+			s.lost = fmt.Sprintf("%d record(s) are missing (generations %d to %d): their headers are damaged, and the chunks they changed are unknown", missing.n, missing.first, missing.last)
+			s.missing = missing
+			s.problems = append(s.problems, s.lost)
 		}
 	}
 	if validEnd < fsize && !trusted && !s.ro {
@@ -216,6 +268,45 @@ func (s *state) load(ctx context.Context) error {
 	return nil
 }
 
+// gaps are the generations missing from a range: how many, the first and
+// the last.
+type gaps struct{ n, first, last uint64 }
+
+// findGaps returns the generations of [lo, hi] that are not in found,
+// in time proportional to found (generations come from disk: a damaged
+// or crafted record may carry a huge one).
+func findGaps(found map[uint64]bool, lo, hi uint64) gaps {
+	var g gaps
+	if hi < lo {
+		return g
+	}
+	in := make([]uint64, 0, len(found))
+	for x := range found {
+		if x >= lo && x <= hi {
+			in = append(in, x)
+		}
+	}
+	slices.Sort(in)
+	next := lo                 // the lowest generation not yet seen
+	add := func(a, b uint64) { // [a, b] is missing
+		if g.n == 0 {
+			g.first = a
+		}
+		g.n += b - a + 1
+		g.last = b
+	}
+	for _, x := range in {
+		if x > next {
+			add(next, x-1)
+		}
+		next = x + 1
+	}
+	if next <= hi && next != 0 {
+		add(next, hi)
+	}
+	return g
+}
+
 // loadCheckpoint loads the checkpoint record at off; it returns its
 // generation and end.
 func (s *state) loadCheckpoint(ctx context.Context, off, fsize int64) (uint64, int64, error) {
@@ -223,7 +314,10 @@ func (s *state) loadCheckpoint(ctx context.Context, off, fsize int64) (uint64, i
 	if off+recHdrSize > fsize {
 		return 0, 0, errors.New("beyond the end of the file")
 	}
-	if _, err := s.lower.ReadAt(ctx, hb, off); err != nil {
+	if n, err := s.lower.ReadAt(ctx, hb, off); n < len(hb) {
+		if err == nil || err == io.EOF {
+			err = errors.New("cut short")
+		}
 		return 0, 0, err
 	}
 	r, err := parseRec(hb, s.salt, s.shift)
@@ -238,7 +332,10 @@ func (s *state) loadCheckpoint(ctx context.Context, off, fsize int64) (uint64, i
 		return 0, 0, errors.New("truncated")
 	}
 	p := make([]byte, r.encLen)
-	if _, err := s.lower.ReadAt(ctx, p, off+recHdrSize); err != nil && err != io.EOF {
+	if n, err := s.lower.ReadAt(ctx, p, off+recHdrSize); n < len(p) {
+		if err == nil || err == io.EOF {
+			err = errors.New("payload cut short")
+		}
 		return 0, 0, err
 	}
 	if crc(p) != r.dataCRC {
@@ -824,7 +921,7 @@ func (s *state) persist(ctx context.Context, cs []int64) error {
 		r.encLen = uint32(s.logEnd + int64(len(out)) - off - recHdrSize)
 		done = append(done, placed{c, r, off})
 	}
-	if _, err := s.lower.WriteAt(ctx, out, s.logEnd); err != nil {
+	if err := s.appendLower(ctx, out); err != nil {
 		s.nextGen = gen0
 		return err
 	}
@@ -867,10 +964,13 @@ func (s *state) initLog(ctx context.Context) error {
 	if s.logEnd != 0 {
 		return nil
 	}
-	// Both slots describe the empty log.
-	sl := slot{codec: s.fs.kind.ID, shift: s.shift, salt: s.salt, seq: 1, logEnd: headerSize, gen: s.nextGen - 1}
+	// Both slots describe the empty log (no generation yet: the record
+	// being appended, which may have taken one, is not there).
+	s.hdrSeq = 1
+	sl := s.slot()
+	sl.size, sl.logEnd, sl.ckptOff, sl.gen = 0, headerSize, 0, 0
 	b := append(sl.marshal(), sl.marshal()...)
-	if _, err := s.lower.WriteAt(ctx, b, 0); err != nil {
+	if err := s.appendLower(ctx, b); err != nil {
 		return err
 	}
 	s.hdrSeq = 1
@@ -879,8 +979,47 @@ func (s *state) initLog(ctx context.Context) error {
 }
 
 func (s *state) slot() slot {
-	return slot{codec: s.fs.kind.ID, shift: s.shift, salt: s.salt, seq: s.hdrSeq, size: s.size,
+	sl := slot{codec: s.fs.kind.ID, shift: s.shift, salt: s.salt, seq: s.hdrSeq, size: s.size,
 		logEnd: s.logEnd, ckptOff: s.ckptOff, gen: s.nextGen - 1}
+	if s.whole {
+		sl.flags = slotWhole
+	}
+	return sl
+}
+
+// writeLower writes all of b at off in the lower file: a short count is an
+// error even when the lower gives no reason (the application gets EIO).
+func (s *state) writeLower(ctx context.Context, b []byte, off int64) error {
+	n, err := s.lower.WriteAt(ctx, b, off)
+	if err == nil && n < len(b) {
+		err = fmt.Errorf("codec: %s: short write to the lower file: %d of %d bytes at %d", s.path, n, len(b), off)
+	}
+	if err != nil {
+		s.fs.log().Error("codec: write to the lower file failed", "path", s.path, "offset", off, "bytes", len(b), "written", n, "err", err)
+	}
+	return err
+}
+
+// appendLower writes b at the log's end. When that fails (a full disk),
+// the file is cut back to the log's end: no part of records whose
+// generations are taken back may stay in the log, where a later scan would
+// take them for records. If even the cut fails, the file's tail is unknown
+// and it takes no more writes until it is opened again (opening cuts a torn
+// tail).
+func (s *state) appendLower(ctx context.Context, b []byte) error {
+	if s.broken != nil {
+		return s.broken
+	}
+	err := s.writeLower(ctx, b, s.logEnd)
+	if err == nil {
+		return nil
+	}
+	if _, terr := s.lower.Setattr(ctx, &layer.SetAttr{Valid: layer.SetSize, Size: uint64(s.logEnd)}); terr != nil {
+		s.broken = fmt.Errorf("codec: %s: an append failed (%v) and could not be cut off (%v): no more writes until the file is opened again", s.path, err, terr)
+		s.fs.log().Error("codec: cannot cut a failed append", "path", s.path, "err", s.broken)
+		return s.broken
+	}
+	return err
 }
 
 // appendRecords appends ready-made records.
@@ -889,7 +1028,7 @@ func (s *state) appendRaw(ctx context.Context, b []byte) (int64, error) {
 		return 0, err
 	}
 	off := s.logEnd
-	if _, err := s.lower.WriteAt(ctx, b, off); err != nil {
+	if err := s.appendLower(ctx, b); err != nil {
 		return 0, err
 	}
 	s.logEnd += int64(len(b))
@@ -918,7 +1057,9 @@ func (s *state) truncate(ctx context.Context, n int64) error {
 		s.dirty = map[int64]*dirty{}
 		s.cache = map[int64][]byte{}
 		s.size, s.psize, s.logEnd, s.live, s.ckptOff, s.ckptRecs, s.ckptLen, s.hdrSeq = 0, 0, 0, 0, 0, 0, 0, 0
-		s.hdrStale = false
+		s.hdrStale, s.broken = false, nil
+		// The log starts again at generation 1: nothing of the old one is left.
+		s.nextGen, s.whole = 1, true
 		return nil
 	}
 	if n < s.size {
@@ -1000,6 +1141,9 @@ func (s *state) sync(ctx context.Context, durable, mayCompact bool) error {
 	if s.ro {
 		return nil
 	}
+	if s.broken != nil {
+		return s.broken
+	}
 	if err := s.flushDirty(ctx); err != nil {
 		return err
 	}
@@ -1012,7 +1156,7 @@ func (s *state) sync(ctx context.Context, durable, mayCompact bool) error {
 			return err
 		}
 	}
-	if s.checkpointDue() {
+	if s.checkpointDue() || s.needCkpt {
 		if err := s.checkpoint(ctx); err != nil {
 			return err
 		}
@@ -1063,15 +1207,21 @@ func (s *state) checkpoint(ctx context.Context) error {
 		s.nextGen--
 		return err
 	}
-	s.ckptOff, s.ckptRecs, s.ckptLen = off, 0, 0
+	s.ckptOff, s.ckptRecs, s.ckptLen, s.needCkpt = off, 0, 0, false
 	return nil
 }
 
 // writeHeader writes the next header slot.
 func (s *state) writeHeader(ctx context.Context) error {
+	if s.broken != nil {
+		return s.broken
+	}
 	s.hdrSeq++
 	sl := s.slot()
-	if _, err := s.lower.WriteAt(ctx, sl.marshal(), int64(sl.seq%2)*slotSize); err != nil {
+	if err := s.writeLower(ctx, sl.marshal(), int64(sl.seq%2)*slotSize); err != nil {
+		// The slot may be torn: the next try writes the same slot again,
+		// not the other (sound) one.
+		s.hdrSeq--
 		return err
 	}
 	s.hdrStale = false
@@ -1112,8 +1262,11 @@ func (s *state) compact(ctx context.Context) error {
 		if len(ops) == 1 && ops[0].kind == opBase {
 			// Copy the record as it is, with its new generation.
 			b := make([]byte, ops[0].rlen)
-			if _, err := s.lower.ReadAt(ctx, b, ops[0].off); err != nil {
-				return err
+			if n, err := s.lower.ReadAt(ctx, b, ops[0].off); n < len(b) {
+				if err != nil && err != io.EOF {
+					return err
+				}
+				return s.errorf(c, "record at %d is cut short", ops[0].off)
 			}
 			r, err := parseRec(b, s.salt, s.shift)
 			if err != nil || r.typ != recChunk || int64(r.arg) != c || r.gen != ops[0].gen {
@@ -1145,7 +1298,7 @@ func (s *state) compact(ctx context.Context) error {
 	}
 	block = appendRecord(block, reset, nil)
 	// Phase one.
-	if _, err := s.lower.WriteAt(ctx, block, e); err != nil {
+	if err := s.appendLower(ctx, block); err != nil {
 		return err
 	}
 	written = true
@@ -1171,7 +1324,7 @@ func (s *state) compact(ctx context.Context) error {
 	if headerSize+int64(len(block))+recHdrSize+4+int64(nops)*indexEntrySize > e {
 		return nil
 	}
-	if _, err := s.lower.WriteAt(ctx, block, headerSize); err != nil {
+	if err := s.writeLower(ctx, block, headerSize); err != nil {
 		return err
 	}
 	for c, ops := range s.chunks {

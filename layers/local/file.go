@@ -3,6 +3,7 @@ package local
 import (
 	"container/list"
 	"context"
+	"io"
 	"math"
 	"syscall"
 
@@ -76,18 +77,28 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (n int, err erro
 	return n, err
 }
 
-func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (n int, err error) {
+// WriteAt writes all of p or returns an error with the count written: a
+// short pwrite(2) (a full disk, a file size limit, a signal) is retried for
+// the rest, which either completes or gives the reason (ENOSPC, EFBIG, EIO).
+// A layer above never sees a short count without an error.
+func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (done int, err error) {
 	err = f.with(func(fd int) error {
-		for {
-			n, err = unix.Pwrite(fd, p, off)
-			if err != unix.EINTR {
-				break
+		for done < len(p) {
+			n, err := unix.Pwrite(fd, p[done:], off+int64(done))
+			if n > 0 {
+				done += n
+			}
+			switch {
+			case err == unix.EINTR:
+			case err != nil:
+				return err
+			case n <= 0:
+				return io.ErrShortWrite // no progress and no reason: not expected of pwrite
 			}
 		}
-		n = max(n, 0)
-		return err
+		return nil
 	})
-	return n, err
+	return done, err
 }
 
 func (f *File) Getattr(ctx context.Context) (a layer.Attr, err error) {
