@@ -75,8 +75,9 @@ func DefaultKDF() KDF { return KDF{Name: Argon2id, Time: 3, MemoryKiB: 64 << 10,
 // The bounds of every key-derivation parameter. A configuration (which
 // anyone who can write the lower directory can change) is refused outside
 // the maximums, so that it cannot make the mount allocate or compute without
-// bound; cairn init and passwd also refuse settings below the minimums (an
-// existing volume made with weaker settings still opens).
+// bound, and so are the settings given to Init and ChangePassphrase; cairn
+// init and passwd also refuse settings below the minimums (KDF.Check). An
+// existing volume made with weaker settings still opens.
 const (
 	Argon2MinTime, Argon2MaxTime           = 2, 64
 	Argon2MinMemoryKiB, Argon2MaxMemoryKiB = 19 << 10, 4 << 20 // 19 MiB (OWASP's floor) .. 4 GiB
@@ -120,15 +121,6 @@ func (k KDF) Check() error {
 
 // check enforces the maximums (and what the KDF itself needs).
 func (k *KDF) check() error { return k.checkBounds(false) }
-
-// checkStrength enforces the minimums too: for new settings.
-func (k KDF) checkStrength() error {
-	k.Salt = make([]byte, 32)
-	return k.checkBounds(!weakKDFOK)
-}
-
-// weakKDFOK lets this package's tests make volumes quickly.
-var weakKDFOK = false
 
 func (k *KDF) checkBounds(strong bool) error {
 	lo := func(min, floor uint64) uint64 {
@@ -333,9 +325,6 @@ func Init(ctx context.Context, lower layer.FS, p InitParams, pass []byte) ([]byt
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	if err := c.KDF.checkStrength(); err != nil {
-		return nil, err
-	}
 	ents, err := lower.ReadDir(ctx, "", false)
 	if err != nil {
 		return nil, fmt.Errorf("cannot list %s: %w", where(lower, ""), err)
@@ -417,8 +406,9 @@ func parseConfig(data []byte) (*Config, error) {
 
 // ChangePassphrase re-wraps the master key (opened by old, or given as
 // master) with a new passphrase and, if kdf.Name is set, new KDF
-// parameters (which must meet the minimums); otherwise the stored ones are
-// kept. The data is not touched.
+// parameters (within the maximums; cairn passwd also enforces the minimums,
+// see KDF.Check); otherwise the stored ones are kept. The data is not
+// touched.
 func ChangePassphrase(ctx context.Context, lower layer.FS, old, master, pass []byte, kdf KDF) error {
 	if len(pass) == 0 {
 		return errors.New("empty new passphrase")
@@ -435,9 +425,6 @@ func ChangePassphrase(ctx context.Context, lower layer.FS, old, master, pass []b
 		return err
 	}
 	if kdf.Name != "" {
-		if err := kdf.checkStrength(); err != nil {
-			return err
-		}
 		c.KDF = kdf
 	}
 	c.KDF.Salt = make([]byte, 32)

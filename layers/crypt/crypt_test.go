@@ -19,10 +19,6 @@ import (
 	"cairn/registry"
 )
 
-// The package's tests make volumes with settings below the minimums of
-// cairn init (TestKDFBounds checks those).
-func init() { weakKDFOK = true }
-
 // fastKDF keeps tests quick; real volumes use DefaultKDF.
 var fastKDF = KDF{Name: Scrypt, N: 1 << 10, R: 8, P: 1}
 
@@ -193,20 +189,25 @@ func TestKDFBounds(t *testing.T) {
 		}
 	}
 	os.WriteFile(cfgPath, orig, 0o400)
-	// Minimums at init, unless the package's tests allow weak settings.
-	weakKDFOK = false
-	defer func() { weakKDFOK = true }()
+	// The minimums of new settings (cairn init and passwd: TestPasswdKeepsKDF).
 	for _, k := range []KDF{{Name: Scrypt, N: 1024, R: 8, P: 1}, {Name: Argon2id, Time: 1, MemoryKiB: 32, Threads: 1}} {
-		l2, _ := openLocal(t, t.TempDir())
-		if _, err := Init(ctx, l2, InitParams{KDF: k}, testPass); err == nil || !strings.Contains(err.Error(), "out of range (allowed") {
-			t.Errorf("init with %+v: %v", k, err)
+		if err := k.Check(); err == nil || !strings.Contains(err.Error(), "out of range (allowed") {
+			t.Errorf("%+v: %v", k, err)
 		}
 	}
-	if err := ChangePassphrase(ctx, l, testPass, nil, []byte("new"), KDF{Name: Scrypt, N: 2, R: 1, P: 1}); err == nil {
-		t.Error("passwd to scrypt N=2 accepted")
+	if err := DefaultKDF().Check(); err != nil {
+		t.Errorf("the default settings: %v", err)
 	}
 	if err := (KDF{Name: Argon2id, Time: 3, MemoryKiB: 64 << 10, Threads: 260}).Check(); err == nil || !strings.Contains(err.Error(), "kdf.threads = 260") {
 		t.Errorf("threads 260: %v", err)
+	}
+	// The maximums of the API's settings.
+	l2, _ := openLocal(t, t.TempDir())
+	if _, err := Init(ctx, l2, InitParams{KDF: KDF{Name: Argon2id, Time: 1 << 20, MemoryKiB: 64, Threads: 1}}, testPass); err == nil || !strings.Contains(err.Error(), "kdf.time") {
+		t.Errorf("init with argon2 time 2^20: %v", err)
+	}
+	if err := ChangePassphrase(ctx, l, testPass, nil, []byte("new"), KDF{Name: Scrypt, N: 1 << 10, R: 1 << 20, P: 1}); err == nil || !strings.Contains(err.Error(), "kdf.r") {
+		t.Errorf("passwd to scrypt r=2^20: %v", err)
 	}
 }
 

@@ -419,3 +419,38 @@ func TestJournalRecovery(t *testing.T) {
 		})
 	}
 }
+
+// TestRewriteAsAnotherUser: a user who may write a file but not the root of
+// the lower directory rewrites it in place and extends it (the journal is
+// the layer's own, made as the daemon), and truncates it upwards.
+func TestRewriteAsAnotherUser(t *testing.T) {
+	mounttest.NeedRoot(t)
+	dir, fs := stack(t)
+	os.Chmod(dir, 0o755)
+	m := mounttest.Mount(t, fs)
+	data := bytes.Repeat([]byte("0123456789"), 1000)
+	if err := os.WriteFile(m.Path("shared"), data, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(m.Path("shared"), 0o666)
+	if err := os.WriteFile(m.Path("src"), []byte("XYZ"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := mounttest.User{Uid: 65534, Gid: 65534}.Sh(t, m.Dir,
+		`printf abc | dd of=shared bs=1 seek=100 conv=notrunc status=none && printf tail >> shared && truncate -s 20000 shared && `+
+			`python3 -c "import os; s = os.open('src', os.O_RDONLY); d = os.open('shared', os.O_WRONLY); os.copy_file_range(s, d, 3, 0, 200)"`)
+	if err != nil {
+		t.Fatalf("as uid 65534: %v\n%s", err, out)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(dir, journalDir), &st); err != nil || st.Uid != 0 {
+		t.Errorf("the journal directory: owner %d, %v (want the daemon's, root)", st.Uid, err)
+	}
+	copy(data[100:], "abc")
+	copy(data[200:], "XYZ")
+	data = append(data, "tail"...)
+	data = append(data, make([]byte, 20000-len(data))...)
+	if got, err := os.ReadFile(m.Path("shared")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("after the other user's writes: %d bytes, %v", len(got), err)
+	}
+}
