@@ -19,6 +19,13 @@ if [ -n "$missing" ]; then
 	apt-get update -qq || true
 	apt-get install -y -qq $missing
 fi
+# xfstests/run (part of ./test.sh): the packages that build the suite and that its tests call.
+xmissing=""
+for p in $(sed 's/#.*//' xfstests/packages); do dpkg -s "$p" >/dev/null 2>&1 || xmissing="$xmissing $p"; done
+if [ -n "$xmissing" ]; then
+	[ -n "$missing" ] || apt-get update -qq || true
+	apt-get install -y -qq --no-install-recommends $xmissing
+fi
 modprobe fuse 2>/dev/null || true
 # allow_other for non-root users of a mount, as the tests do.
 grep -q '^user_allow_other' /etc/fuse.conf 2>/dev/null || echo user_allow_other >> /etc/fuse.conf
