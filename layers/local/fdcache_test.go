@@ -18,6 +18,9 @@ import (
 // descriptor.
 func TestOpenFilesAreBounded(t *testing.T) {
 	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("reopening by handle needs CAP_DAC_READ_SEARCH; CI runs as root")
+		}
 		t.Skip("reopening by handle needs CAP_DAC_READ_SEARCH")
 	}
 	root := t.TempDir()
