@@ -157,6 +157,10 @@ Flags:
 		s.Layers[name].Values[registry.SecretKey] = b
 	}
 	raiseNofile()
+	// Every object the daemon makes has an explicit mode: with umask 0,
+	// local creates a root caller's objects on the request's own thread
+	// (see local's FS.direct) whatever umask cairn was started with.
+	syscall.Umask(0)
 	stack, err := s.Build()
 	if err != nil {
 		report("spec: " + err.Error())
