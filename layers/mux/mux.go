@@ -7,6 +7,7 @@ package mux
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"syscall"
@@ -48,6 +49,20 @@ func init() {
 		Changes: layer.ChangesPlacement,
 		Options: []registry.Option{
 			{Name: "names", Kind: registry.List, Help: "directory names for the lowers, in order (default 0, 1, ...)"},
+		},
+		Check: func(o registry.Values, lowers int) error {
+			names := o.List("names")
+			if len(names) != 0 && len(names) != lowers {
+				return &registry.OptionError{Option: "names", Err: fmt.Errorf("%d names for %d lowers: give one name for each layer of over, in order", len(names), lowers)}
+			}
+			seen := map[string]bool{}
+			for _, n := range names {
+				if n == "" || n == "." || n == ".." || strings.Contains(n, "/") || seen[n] {
+					return &registry.OptionError{Option: "names", Err: fmt.Errorf("%q cannot name a lower: names are distinct, non-empty, and hold no /", n)}
+				}
+				seen[n] = true
+			}
+			return nil
 		},
 		New: func(l []layer.FS, o registry.Values) (layer.FS, error) { return New(l, o.List("names")) },
 	})
