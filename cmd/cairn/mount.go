@@ -51,6 +51,9 @@ type mountFlags struct {
 	entry, attr   time.Duration
 	negative      time.Duration
 	nonempty      bool
+	options       string
+	vfs           []string // mount(8) options for the kernel (from -o)
+	fsname        string
 }
 
 func runMount(args []string) int {
@@ -67,6 +70,9 @@ func runMount(args []string) int {
 	fl.DurationVar(&m.attr, "attr-timeout", 0, "kernel cache time of attributes (default: the spec's, else 1s)")
 	fl.DurationVar(&m.negative, "negative-timeout", 0, "kernel cache time of missing names (default: the spec's, else 1s)")
 	fl.BoolVar(&m.nonempty, "nonempty", false, "mount over a directory that holds files (hidden while mounted; refused otherwise)")
+	fl.StringVar(&m.options, "o", "", "mount options, comma-separated, as mount(8) takes them: allow_other, default_permissions, fsname=NAME, nonempty,\n"+
+		"and "+strings.Join(fusefs.MountFlagNames(), ", ")+" (default nodev,nosuid; dev and suid need root);\n"+
+		"defaults, auto, noauto, user, nouser, nofail, _netdev and x-* (fstab's) are ignored")
 	fl.Usage = func() {
 		fmt.Fprintf(fl.Output(), `Usage: cairn mount [flags] SPEC MOUNTPOINT
 
@@ -91,6 +97,9 @@ Flags:
 		return fail(usagef("mount needs SPEC and MOUNTPOINT, got %d arguments", fl.NArg()), exitUsage)
 	}
 	specArg, mountpoint := fl.Arg(0), fl.Arg(1)
+	if err := m.parseOptions(); err != nil {
+		return fail(err, exitUsage)
+	}
 
 	s, err := loadSpec(specArg)
 	if err != nil {
@@ -189,7 +198,8 @@ Flags:
 		NegativeTimeout: pick(m.negative, s.NegativeTimeout),
 		NoPassthrough:   m.noPassthrough,
 		NoXattr:         m.noXattr || s.NoXattr,
-		FsName:          "cairn:" + fsName(specArg, s),
+		FsName:          m.source(specArg, s),
+		MountFlags:      m.vfs,
 		Debug:           m.debug,
 		Logger:          logger,
 		LowerDirs:       stack.Dirs,
@@ -223,6 +233,43 @@ Flags:
 	srv.Wait()
 	logger.Info("unmounted", "mountpoint", mountpoint)
 	return exitOK
+}
+
+// source is what /proc/mounts shows as the mount's source: "cairn:" and
+// the spec, or -o fsname.
+func (m *mountFlags) source(specArg string, s *spec.Spec) string {
+	if m.fsname != "" {
+		return m.fsname
+	}
+	return "cairn:" + fsName(specArg, s)
+}
+
+// parseOptions reads -o.
+func (m *mountFlags) parseOptions() error {
+	for _, o := range strings.Split(m.options, ",") {
+		switch k, v, _ := strings.Cut(o, "="); {
+		case o == "":
+		case o == "allow_other":
+			m.allowOther = true
+		case o == "nonempty":
+			m.nonempty = true
+		case o == "default_permissions":
+			// The kernel checks permissions whenever other users may
+			// come in (allow_other); a private mount leaves them to the
+			// lower file system, which checks the daemon's requests.
+		case k == "fsname" && v != "":
+			m.fsname = v
+		case o == "defaults", o == "auto", o == "noauto", o == "user", o == "nouser", o == "users", o == "nofail",
+			o == "_netdev", strings.HasPrefix(o, "x-"), strings.HasPrefix(o, "comment="):
+			// fstab's, for mount(8) and systemd, not for the file system.
+		default:
+			if _, err := fusefs.ParseMountFlags([]string{o}); err != nil {
+				return fmt.Errorf("-o: %w; and allow_other, default_permissions, fsname=NAME, nonempty", err)
+			}
+			m.vfs = append(m.vfs, o)
+		}
+	}
+	return nil
 }
 
 // mountpointDir reports a mountpoint that is not a directory (cairn check
