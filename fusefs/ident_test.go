@@ -212,7 +212,7 @@ func TestFileSystemInsideCodecLower(t *testing.T) {
 }
 
 // mux wraps its lowers' open files (to tag their attributes): the wrapper
-// must not lose what the lower file says, such as KeepCache.
+// must not lose what the lower file says, such as CapKeepCache.
 func TestMuxForwardsKeepCache(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(dir+"/f", make([]byte, 8192), 0o644)
@@ -228,6 +228,6 @@ func TestMuxForwardsKeepCache(t *testing.T) {
 		}
 	}
 	if n := d.reads.Load(); n > 2 {
-		t.Errorf("%d reads reached the layer for 3 opens of a KeepCache file under mux", n)
+		t.Errorf("%d reads reached the layer for 3 opens of a CapKeepCache file under mux", n)
 	}
 }

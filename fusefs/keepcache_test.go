@@ -12,7 +12,7 @@ import (
 )
 
 // keepLayer changes data (no passthrough) and counts the reads that reach
-// it; its files may say KeepCache.
+// it; its files may offer CapKeepCache.
 type keepLayer struct {
 	layer.Base
 	keep  bool
@@ -38,9 +38,14 @@ func (f *keepFile) ReadAt(ctx context.Context, p []byte, off int64) (int, error)
 	return f.Lower.ReadAt(ctx, p, off)
 }
 func (f *keepFile) PassthroughFd() (int, bool) { return -1, false }
-func (f *keepFile) KeepCache() bool            { return f.d.keep }
+func (f *keepFile) Caps() layer.Caps {
+	if f.d.keep {
+		return layer.CapKeepCache
+	}
+	return 0
+}
 
-// TestKeepCache: a file that says KeepCache is read through the stack once
+// TestKeepCache: a file that offers CapKeepCache is read through the stack once
 // for several opens; one that does not, after every open.
 func TestKeepCache(t *testing.T) {
 	for _, keep := range []bool{false, true} {

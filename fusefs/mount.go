@@ -29,7 +29,8 @@ type Options struct {
 	// Timeouts of the kernel's caches of entries, attributes and missing
 	// names. Zero values take the defaults below; negative ones disable.
 	EntryTimeout, AttrTimeout, NegativeTimeout time.Duration
-	// NoPassthrough disables FUSE passthrough even where it is safe.
+	// NoPassthrough disables FUSE passthrough even where it is safe: a
+	// mount-wide veto on every file's CapPassthrough.
 	NoPassthrough bool
 	// NoXattr answers every xattr request with ENOSYS, after which the
 	// kernel stops sending them: a round trip less per write, two less per
@@ -58,8 +59,12 @@ const (
 // Server is a mounted stack.
 type Server struct {
 	*fuse.Server
-	Mountpoint  string
-	Passthrough bool // files may be handed to the kernel
+	Mountpoint string
+	// Passthrough says that no layer declares ChangesData and the mount
+	// does not veto passthrough, so every file of the stack may be handed
+	// to the kernel. Each open file still decides by its own caps
+	// (layer.Caps): a file can be passed through when this is false.
+	Passthrough bool
 }
 
 func timeout(d, def time.Duration) *time.Duration {
@@ -153,10 +158,11 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		return nil, err
 	}
 	st := &state{
-		top:         top,
-		passthrough: !o.NoPassthrough && layer.StackChanges(top)&layer.ChangesData == 0,
-		acl:         o.AllowOther,
-		log:         o.Logger,
+		top:           top,
+		noPassthrough: o.NoPassthrough,
+		fscaps:        layer.FSCapsOf(top),
+		acl:           o.AllowOther,
+		log:           o.Logger,
 	}
 	ra, err := top.Getattr(context.Background(), "")
 	if err != nil {
@@ -265,7 +271,7 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		srv.Unmount()
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
-	return &Server{Server: srv, Mountpoint: mountpoint, Passthrough: st.passthrough}, nil
+	return &Server{Server: srv, Mountpoint: mountpoint, Passthrough: !o.NoPassthrough && layer.StackChanges(top)&layer.ChangesData == 0}, nil
 }
 
 // rawFS hands the node methods what go-fuse's node API leaves out of a

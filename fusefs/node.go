@@ -22,14 +22,15 @@ import (
 
 // state is shared by all nodes of one mount.
 type state struct {
-	top         layer.FS
-	passthrough bool // every layer leaves data unchanged
-	acl         bool // the kernel handles POSIX ACLs (allow_other mounts)
-	log         *slog.Logger
-	root        *node
-	inos        inoMap
-	handMu      sync.Mutex
-	handed      map[<-chan struct{}][]*file // by request: descriptors handed to the kernel
+	top           layer.FS
+	noPassthrough bool         // Options.NoPassthrough: a mount-wide veto on the files' CapPassthrough
+	fscaps        layer.FSCaps // what the stack can do (layer.FSCapsOf), computed once
+	acl           bool         // the kernel handles POSIX ACLs (allow_other mounts)
+	log           *slog.Logger
+	root          *node
+	inos          inoMap
+	handMu        sync.Mutex
+	handed        map[<-chan struct{}][]*file // by request: descriptors handed to the kernel
 	// extras maps the cancel channel of a request in flight to what rawFS
 	// found in it: the umask of a create, mkdir or mknod, the SETXATTR
 	// flags of a setxattr.
@@ -398,10 +399,23 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	return n.st.newFile(ctx, lf, p, &n.Inode, flags), n.st.openFlags(lf), 0
 }
 
-// openFlags keeps the kernel's page cache across opens of a file that says
-// it may (see layer.CacheKeeper).
+// passes reports whether f may be handed to the kernel: its caps offer
+// passthrough and the mount does not veto it.
+func (st *state) passes(c layer.Caps) bool {
+	return !st.noPassthrough && c&layer.CapPassthrough != 0
+}
+
+// openFlags turns an open file's caps (layer.Caps) into FOPEN flags:
+// direct I/O where the file needs it, else the kernel's page cache kept
+// across opens where the file allows it and is not passed through
+// (FOPEN_PASSTHROUGH itself is set by go-fuse when file.PassthroughFd
+// gives a descriptor).
 func (st *state) openFlags(f layer.File) uint32 {
-	if k, ok := f.(layer.CacheKeeper); ok && !st.passthrough && k.KeepCache() {
+	c := f.Caps()
+	switch {
+	case c&layer.CapDirectIO != 0:
+		return fuse.FOPEN_DIRECT_IO
+	case c&layer.CapKeepCache != 0 && !st.passes(c):
 		return fuse.FOPEN_KEEP_CACHE
 	}
 	return 0

@@ -68,6 +68,9 @@ func (b *Base) Lowers() []FS     { return []FS{b.Lower} }
 func (b *Base) Changes() Changes { return 0 }
 func (b *Base) Close() error     { return nil }
 
+// FSCaps forwards the lower layer's (see FSCapser).
+func (b *Base) FSCaps() FSCaps { return FSCapsOf(b.Lower) }
+
 // BaseFile forwards every operation of an open file to Lower.
 type BaseFile struct {
 	Lower File
@@ -115,4 +118,5 @@ func (f *BaseFile) Getlk(ctx context.Context, owner uint64, lk *Lock, flags uint
 func (f *BaseFile) Setlk(ctx context.Context, owner uint64, lk *Lock, flags uint32, wait bool) error {
 	return f.Lower.Setlk(ctx, owner, lk, flags, wait)
 }
+func (f *BaseFile) Caps() Caps                 { return f.Lower.Caps() }
 func (f *BaseFile) PassthroughFd() (int, bool) { return f.Lower.PassthroughFd() }

@@ -411,3 +411,11 @@ func (f *hookedFile) PassthroughFd() (int, bool) {
 	}
 	return f.Lower.PassthroughFd()
 }
+
+// Caps forwards the lower file's, less CapPassthrough with NoPassthrough.
+func (f *hookedFile) Caps() Caps {
+	if f.h.NoPassthrough {
+		return f.Lower.Caps() &^ CapPassthrough
+	}
+	return f.Lower.Caps()
+}

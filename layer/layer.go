@@ -98,29 +98,114 @@ type File interface {
 	Getlk(ctx context.Context, owner uint64, lk *Lock, flags uint32) (Lock, error)
 	Setlk(ctx context.Context, owner uint64, lk *Lock, flags uint32, wait bool) error
 
+	// Caps says what the frontend may do with this open file (see Caps).
+	// A wrapper forwards its lower file's caps less those it vetoes: a
+	// layer that changes data never offers CapPassthrough.
+	Caps() Caps
 	// PassthroughFd returns a new descriptor of the lower file whose bytes
 	// are exactly this file's bytes, so the kernel may do the I/O itself;
 	// the caller closes it (it shares the file's open file description,
-	// which it keeps alive, locks included, while open). A layer that
-	// changes data must return false (the frontend also refuses passthrough
-	// when any layer of the stack declares ChangesData).
+	// which it keeps alive, locks included, while open). It is called only
+	// when Caps has CapPassthrough, and may still say false.
 	PassthroughFd() (int, bool)
 }
 
-// CacheKeeper is an optional interface of File. A file whose KeepCache
-// says true changes only through this stack (its layer keeps the state it
-// needs, such as the sizes and names a crypt layer caches, on that
-// assumption): when its data is not passed through, the frontend lets the
-// kernel keep the file's cached pages from one open to the next instead of
-// reading them again through the stack after every open. Changes made
-// through the mount keep the kernel's cache right by themselves.
-type CacheKeeper interface {
-	KeepCache() bool
+// Caps are the capabilities of one open file: what the frontend may let
+// the kernel do with it. They are decided per file, when it is opened, and
+// carried up through wrappers like rclone's Features: each layer forwards
+// what it does not change and masks what it does.
+type Caps uint8
+
+const (
+	// CapPassthrough: the file's bytes are exactly a lower descriptor's,
+	// which PassthroughFd gives, so the kernel may read and write it
+	// itself (FUSE passthrough).
+	CapPassthrough Caps = 1 << iota
+	// CapKeepCache: the file changes only through this stack (its layer
+	// keeps the state it needs, such as the sizes a crypt layer caches, on
+	// that assumption), so the kernel may keep its cached pages from one
+	// open to the next instead of reading them again through the stack.
+	// Changes made through the mount keep the kernel's cache right.
+	CapKeepCache
+	// CapDirectIO: the kernel must not cache the file's pages at all; every
+	// read and write reaches the stack (FOPEN_DIRECT_IO).
+	CapDirectIO
+)
+
+func (c Caps) String() string {
+	if c == 0 {
+		return "none"
+	}
+	s := ""
+	for i, n := range []string{"passthrough", "keep-cache", "direct-io"} {
+		if c&(1<<i) != 0 {
+			if s != "" {
+				s += ", "
+			}
+			s += n
+		}
+	}
+	return s
 }
 
-// Changes says what a layer changes on its way down. The frontend uses it to
-// decide when kernel passthrough and caching are safe; `cairn explain`
-// prints it.
+// FSCaps are the things a layer (with what is below it) can do that not
+// every file system can. A layer says what it can do with the optional
+// FSCapser interface; FSCapsOf carries the set up the stack.
+type FSCaps uint16
+
+const (
+	FSXattr           FSCaps = 1 << iota // extended attributes
+	FSHardLinks                          // link(2)
+	FSSymlinks                           // symlink(2)
+	FSMknod                              // devices, FIFOs and sockets
+	FSRenameNoReplace                    // renameat2 RENAME_NOREPLACE
+	FSRenameExchange                     // renameat2 RENAME_EXCHANGE
+	FSRenameWhiteout                     // renameat2 RENAME_WHITEOUT
+	FSAll             FSCaps = 1<<iota - 1
+)
+
+var fsCapNames = []string{"extended attributes", "hard links", "symbolic links", "mknod",
+	"rename NOREPLACE", "rename EXCHANGE", "rename WHITEOUT"}
+
+func (c FSCaps) String() string {
+	s := ""
+	for i, n := range fsCapNames {
+		if c&(1<<i) != 0 {
+			if s != "" {
+				s += ", "
+			}
+			s += n
+		}
+	}
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// FSCapser is an optional interface of FS: FSCaps says what the layer,
+// with its lowers, can do. A layer that cannot do something masks it from
+// its lower's set: `return layer.FSCapsOf(fs.Lower) &^ layer.FSHardLinks`.
+type FSCapser interface {
+	FSCaps() FSCaps
+}
+
+// FSCapsOf is what fs can do: its FSCaps if it has the method, else the
+// intersection of its lowers' (a fan-out layer can do what all its lowers
+// can), else (a bottom layer) everything.
+func FSCapsOf(fs FS) FSCaps {
+	if c, ok := fs.(FSCapser); ok {
+		return c.FSCaps()
+	}
+	c := FSAll
+	for _, l := range fs.Lowers() {
+		c &= FSCapsOf(l)
+	}
+	return c
+}
+
+// Changes says what a layer changes on its way down: `cairn explain` prints
+// it. The frontend decides passthrough and caching per file (see Caps).
 type Changes uint8
 
 const (

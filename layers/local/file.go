@@ -270,6 +270,10 @@ func fromFlock(fl *unix.Flock_t) layer.Lock {
 	return lk
 }
 
+// Caps: the file's bytes are the lower file's; no keep-cache, as others
+// may change the lower directory.
+func (f *File) Caps() layer.Caps { return layer.CapPassthrough }
+
 // PassthroughFd returns a new descriptor of the file (a dup, sharing the
 // open file description), the caller's to close; the file's own may be
 // closed and reopened meanwhile (see fdCache).
