@@ -456,6 +456,9 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 	if !ok {
 		return nil, syscall.ENOENT
 	}
+	if mode&syscall.S_IFMT != syscall.S_IFREG && n.st.fscaps&layer.FSMknod == 0 {
+		return nil, syscall.EPERM
+	}
 	a, err := n.st.top.Mknod(n.st.creatorCtx(ctx), p, mode, uint64(dev))
 	return n.made(ctx, "mknod", p, a, err, out)
 }
@@ -464,6 +467,9 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	p, ok := n.child(name)
 	if !ok {
 		return nil, syscall.ENOENT
+	}
+	if n.st.fscaps&layer.FSSymlinks == 0 {
+		return nil, syscall.EPERM
 	}
 	a, err := n.st.top.Symlink(callerCtx(ctx), target, p)
 	return n.made(ctx, "symlink", p, a, err, out)
@@ -478,6 +484,9 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	p, ok2 := n.child(name)
 	if !ok1 || !ok2 {
 		return nil, syscall.ENOENT
+	}
+	if n.st.fscaps&layer.FSHardLinks == 0 {
+		return nil, syscall.EPERM
 	}
 	a, err := n.st.top.Link(callerCtx(ctx), old, p)
 	return n.made(ctx, "link", p, a, err, out)
@@ -526,6 +535,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if !ok1 || !ok2 {
 		return syscall.ENOENT
 	}
+	if renameCaps(flags)&^n.st.fscaps != 0 {
+		return syscall.EINVAL
+	}
 	gone := func() {}
 	if flags&unix.RENAME_EXCHANGE == 0 {
 		gone = np.dirGone(callerCtx(ctx), newName, nw)
@@ -542,6 +554,9 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	if !ok {
 		return 0, syscall.ENOENT
 	}
+	if n.st.fscaps&layer.FSXattr == 0 {
+		return 0, syscall.EOPNOTSUPP
+	}
 	sz, err := n.st.top.Getxattr(callerCtx(ctx), p, attr, dest)
 	if err != nil {
 		return uint32(sz), n.st.errno("getxattr", p, err)
@@ -553,6 +568,9 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	p, ok := n.path()
 	if !ok {
 		return syscall.ENOENT
+	}
+	if n.st.fscaps&layer.FSXattr == 0 {
+		return syscall.EOPNOTSUPP
 	}
 	cctx := callerCtx(ctx)
 	if err := n.st.top.Setxattr(cctx, p, attr, data, int(flags)); err != nil {
@@ -582,6 +600,9 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 	if !ok {
 		return 0, syscall.ENOENT
 	}
+	if n.st.fscaps&layer.FSXattr == 0 {
+		return 0, 0 // no names, as listxattr says on a file system without xattrs
+	}
 	sz, err := n.st.top.Listxattr(callerCtx(ctx), p, dest)
 	if err != nil {
 		return uint32(sz), n.st.errno("listxattr", p, err)
@@ -593,6 +614,9 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	p, ok := n.path()
 	if !ok {
 		return syscall.ENOENT
+	}
+	if n.st.fscaps&layer.FSXattr == 0 {
+		return syscall.EOPNOTSUPP
 	}
 	err := n.st.top.Removexattr(callerCtx(ctx), p, attr)
 	if err == nil {
@@ -639,3 +663,18 @@ func (n *node) CopyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uint
 
 // isEOF reports whether err only says that a read reached the end.
 func isEOF(err error) bool { return err == io.EOF }
+
+// renameCaps are the FS capabilities a renameat2 with flags needs.
+func renameCaps(flags uint32) layer.FSCaps {
+	var c layer.FSCaps
+	if flags&unix.RENAME_NOREPLACE != 0 {
+		c |= layer.FSRenameNoReplace
+	}
+	if flags&unix.RENAME_EXCHANGE != 0 {
+		c |= layer.FSRenameExchange
+	}
+	if flags&unix.RENAME_WHITEOUT != 0 {
+		c |= layer.FSRenameWhiteout
+	}
+	return c
+}

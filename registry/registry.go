@@ -55,6 +55,10 @@ type Type struct {
 	Options              []Option
 	// Changes is what the type changes (for explain before building).
 	Changes layer.Changes
+	// Lacks is what the type cannot do whatever its lowers can (for
+	// explain before building; the built layer says it with
+	// layer.FSCapser).
+	Lacks layer.FSCaps
 	// Check, when not nil, checks what single options cannot: options
 	// that go together (a log file for a file output), or the options
 	// against the number of lowers. cairn check and cairn mount both call

@@ -31,6 +31,9 @@ func (s *Spec) Explain(w io.Writer) {
 	} else {
 		fmt.Fprintf(w, "kernel passthrough: no: %s file data\n", changersText(who))
 	}
+	if lacks := s.lacks(s.Mount); lacks.caps != 0 {
+		fmt.Fprintf(w, "cannot: %s (%s); the mount answers EPERM, EINVAL or EOPNOTSUPP\n", lacks.caps, strings.Join(lacks.who, ", "))
+	}
 	// Every lower today is a directory of this machine: the kernel keeps
 	// the mount's locks (fusefs does not ask FUSE to forward them).
 	fmt.Fprintf(w, "locks: local: the kernel keeps POSIX, OFD and flock locks for the mount's processes; they do not reach the lower files\n")
@@ -85,6 +88,33 @@ func (s *Spec) dataChangers(name string) []string {
 	}
 	walk(name)
 	return out
+}
+
+// lacks is what the stack under name cannot do (the union of its types'
+// Lacks: masks and fan-out intersections both keep a lack), and the layers
+// that lack it.
+func (s *Spec) lacks(name string) (r struct {
+	caps layer.FSCaps
+	who  []string
+}) {
+	seen := map[string]bool{}
+	var walk func(string)
+	walk = func(n string) {
+		l := s.Layers[n]
+		if l == nil || seen[n] {
+			return
+		}
+		seen[n] = true
+		if l.t != nil && l.t.Lacks != 0 {
+			r.caps |= l.t.Lacks
+			r.who = append(r.who, fmt.Sprintf("%q (%s)", n, l.Type))
+		}
+		for _, o := range l.Over {
+			walk(o)
+		}
+	}
+	walk(name)
+	return
 }
 
 type explainer struct {

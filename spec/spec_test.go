@@ -19,8 +19,14 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files")
 
 // Test-only layer types: one that takes rules, one with every kind of
-// option (and a secret), one that changes data.
+// option (and a secret), one that changes data, one that cannot do
+// everything.
 func init() {
+	registry.Register(registry.Type{
+		Name: "testlacks", Summary: "a test type without hard links", MinLowers: 1, MaxLowers: 1,
+		Lacks: layer.FSHardLinks | layer.FSRenameWhiteout,
+		New:   func(l []layer.FS, _ registry.Values) (layer.FS, error) { return null.New(l[0]), nil },
+	})
 	registry.Register(registry.Type{
 		Name: "testrules", Summary: "a test type that takes rules", MinLowers: 1, MaxLowers: 1,
 		Rules: &registry.RuleSpec{Help: "what to do with matching paths", Options: []registry.Option{
@@ -318,5 +324,48 @@ func TestTooManyErrorsAndBOM(t *testing.T) {
 	_, err = spec.Parse("bom.toml", []byte("\ufeffmount = \"a\"\n[layer.a]\ntype = \"local\"\npath = \"/\"\n"))
 	if err != nil {
 		t.Errorf("a byte order mark: %v", err)
+	}
+}
+
+// TestExplainLacks: explain says what a stack cannot do (through a
+// fan-out layer too), and says nothing when it can do everything.
+func TestExplainLacks(t *testing.T) {
+	dir := t.TempDir()
+	fan := filepath.Join(t.TempDir(), "fan.toml")
+	os.WriteFile(fan, []byte(`mount = "top"
+[layer.top]
+type = "mux"
+over = ["a", "b"]
+names = ["x", "y"]
+[layer.a]
+type = "null"
+over = "base"
+[layer.b]
+type = "testlacks"
+over = "base2"
+[layer.base]
+type = "local"
+path = "`+dir+`"
+[layer.base2]
+type = "local"
+path = "`+dir+`"
+`), 0o644)
+	one, err := spec.ParseInline("null:" + dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := spec.Load(fan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		s    *spec.Spec
+		want string
+	}{{one, ""}, {two, `cannot: hard links, rename WHITEOUT ("b" (testlacks))`}} {
+		var b bytes.Buffer
+		c.s.Explain(&b)
+		if got := b.String(); c.want == "" && strings.Contains(got, "cannot:") || c.want != "" && !strings.Contains(got, c.want) {
+			t.Errorf("want %q:\n%s", c.want, got)
+		}
 	}
 }
