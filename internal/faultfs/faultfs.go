@@ -334,7 +334,9 @@ func (f *File) CopyFileRange(ctx context.Context, offIn int64, dst layer.File, o
 
 // Caps: the kernel must not bypass the faults (no passthrough, no pages
 // kept across opens).
-func (f *File) Caps() layer.Caps { return f.Lower.Caps() &^ (layer.CapPassthrough | layer.CapKeepCache) }
+func (f *File) Caps() layer.Caps {
+	return f.Lower.Caps() &^ (layer.CapPassthrough | layer.CapKeepCache)
+}
 
 // PassthroughFd: the kernel must not bypass the faults.
 func (f *File) PassthroughFd() (int, bool) { return -1, false }
