@@ -148,9 +148,15 @@ func TestHookedPassthrough(t *testing.T) {
 	if _, ok := f.PassthroughFd(); !ok {
 		t.Fatal("a hooked file refuses passthrough by default")
 	}
+	if f.Caps() != layer.CapPassthrough {
+		t.Fatalf("a hooked file over a local one has caps %v", f.Caps())
+	}
 	r.NoPassthrough = true
 	if _, ok := f.PassthroughFd(); ok {
 		t.Fatal("NoPassthrough is ignored")
+	}
+	if f.Caps()&layer.CapPassthrough != 0 {
+		t.Fatal("NoPassthrough leaves CapPassthrough")
 	}
 }
 

@@ -28,6 +28,8 @@ func (s *Spec) Explain(w io.Writer) {
 	fmt.Fprintf(w, "%s mounts layer %q (%s)\n", src, s.Mount, n)
 	if who := s.dataChangers(s.Mount); len(who) == 0 {
 		fmt.Fprintf(w, "kernel passthrough: yes: no layer changes file data, so the kernel reads and writes the lower files itself\n")
+	} else if s.clearPath(s.Mount) {
+		fmt.Fprintf(w, "kernel passthrough: partly: %s file data; the files of the paths without it are passed through (each file decides)\n", changersText(who))
 	} else {
 		fmt.Fprintf(w, "kernel passthrough: no: %s file data\n", changersText(who))
 	}
@@ -88,6 +90,24 @@ func (s *Spec) dataChangers(name string) []string {
 	}
 	walk(name)
 	return out
+}
+
+// clearPath reports whether some path from name down to a bottom layer
+// has no layer that changes data: its files can be passed through.
+func (s *Spec) clearPath(name string) bool {
+	l := s.Layers[name]
+	if l == nil || l.t == nil || l.t.Changes&layer.ChangesData != 0 {
+		return false
+	}
+	if len(l.Over) == 0 {
+		return true
+	}
+	for _, o := range l.Over {
+		if s.clearPath(o) {
+			return true
+		}
+	}
+	return false
 }
 
 // lacks is what the stack under name cannot do (the union of its types'
@@ -158,14 +178,15 @@ func (s *Spec) explainLayer(e *explainer, name, prefix string, last, root bool, 
 		line("%s", t.Summary)
 		line("changes: %s", t.Changes)
 		onPath := append(append([]string{}, above...), s.dataChangers(name)...)
-		all := e.all
 		switch {
-		case len(all) == 0:
+		case len(e.all) == 0:
 			line("passthrough: yes")
 		case len(onPath) > 0:
 			line("passthrough: no (%s data)", changersText(onPath))
 		default:
-			line("passthrough: no (no layer on this path changes data, but the mount turns passthrough off for all files: %s data)", changersText(all))
+			// Passthrough is decided per file (layer.Caps): files on this
+			// path get it though other paths change data.
+			line("passthrough: yes (no layer on this path changes data)")
 		}
 		for i := range t.Options {
 			o := &t.Options[i]
