@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"cairn/layer"
+	"cairn/layer/fanout"
 	"cairn/registry"
 )
 
@@ -336,7 +337,8 @@ func (m *FS) Removexattr(ctx context.Context, path, name string) error {
 	return l.Removexattr(ctx, p, name)
 }
 
-// Statfs of the root is the first lower's; below, each lower answers.
+// Statfs of the root sums the lowers' (fanout.Statfs); below, each lower
+// answers.
 func (m *FS) Statfs(ctx context.Context, path string) (layer.Statfs, error) {
 	if path != "" {
 		l, p, err := m.route(path)
@@ -345,12 +347,13 @@ func (m *FS) Statfs(ctx context.Context, path string) (layer.Statfs, error) {
 		}
 		return l.Statfs(ctx, p)
 	}
-	return m.lowers[0].Statfs(ctx, "")
+	return fanout.Statfs(ctx, m.lowers)
 }
 
+// SyncDir of the root syncs every lower's root.
 func (m *FS) SyncDir(ctx context.Context, path string) error {
 	if path == "" {
-		return nil
+		return fanout.All(fanout.Each(len(m.lowers), true, func(i int) error { return m.lowers[i].SyncDir(ctx, "") }))
 	}
 	l, p, err := m.route(path)
 	if err != nil {
