@@ -24,7 +24,6 @@ import (
 	"cairn/fusefs"
 	"cairn/layer"
 	_ "cairn/layers/all"
-	"cairn/layers/codec"
 	"cairn/registry"
 	"cairn/spec"
 )
@@ -187,7 +186,7 @@ Flags:
 	// The files of size-changing layers are served by one engine at a
 	// time: a second mount of them, or an fsck, is refused while this
 	// one runs.
-	if err := codec.Claim(context.Background(), stack.Top); err != nil {
+	if err := layer.ClaimStack(context.Background(), stack.Top); err != nil {
 		report("mount: " + err.Error())
 		return fail(err, exitMount)
 	}

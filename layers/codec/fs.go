@@ -48,9 +48,8 @@ type FS struct {
 	// idle are states without handles, kept loaded (the most recent last)
 	// so that opening a file again costs no index load and no decoding.
 	idle []*state
-	// claimed is the lower root directory, locked (see Claim).
-	claimed layer.File
-	claimFd int // its descriptor that holds the lock
+	// release lets go of the lock on the lower directory (see Claim).
+	release func()
 }
 
 // maxIdle is the number of closed files whose state is kept.
@@ -312,15 +311,14 @@ func (fs *FS) Close() error {
 		st.idle, st.removed = false, true
 		delete(fs.states, st.ino)
 	}
-	claimed := fs.claimed
-	fs.claimed = nil
+	release := fs.release
+	fs.release = nil
 	fs.mu.Unlock()
 	for _, st := range idle {
 		st.lower.Release(context.Background())
 	}
-	if claimed != nil {
-		unix.Close(fs.claimFd)
-		claimed.Release(context.Background()) // the lock goes with it
+	if release != nil {
+		release()
 	}
 	return nil
 }
