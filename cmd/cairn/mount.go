@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -50,6 +51,8 @@ type mountFlags struct {
 	entry, attr   time.Duration
 	negative      time.Duration
 	nonempty      bool
+	passfile      string
+	extpass       string
 	options       string
 	vfs           []string // mount(8) options for the kernel (from -o)
 	fsname        string
@@ -68,6 +71,8 @@ func runMount(args []string) int {
 	fl.DurationVar(&m.entry, "entry-timeout", 0, "kernel cache time of names (default: the spec's, else 1s)")
 	fl.DurationVar(&m.attr, "attr-timeout", 0, "kernel cache time of attributes (default: the spec's, else 1s)")
 	fl.DurationVar(&m.negative, "negative-timeout", 0, "kernel cache time of missing names (default: the spec's, else 1s)")
+	fl.StringVar(&m.passfile, "passfile", "", "the passphrase of every crypt layer, from the first line of this file (instead of the spec's passfile or extpass)")
+	fl.StringVar(&m.extpass, "extpass", "", "the passphrase of every crypt layer, from the first line of this command's output (sh -c)")
 	fl.BoolVar(&m.nonempty, "nonempty", false, "mount over a directory that holds files (hidden while mounted; refused otherwise)")
 	fl.StringVar(&m.options, "o", "", "mount options, comma-separated, as mount(8) takes them: allow_other, default_permissions, fsname=NAME, nonempty,\n"+
 		"and "+strings.Join(fusefs.MountFlagNames(), ", ")+" (default nodev,nosuid; dev and suid need root);\n"+
@@ -103,6 +108,9 @@ Flags:
 	s, err := loadSpec(specArg)
 	if err != nil {
 		return fail(errors.New(spec.Detail(err)), exitSpec)
+	}
+	if err := m.secretFlags(s); err != nil {
+		return fail(err, exitUsage)
 	}
 	if err := s.CheckMountpoint(mountpoint); err != nil {
 		// The spec is good; the mount cannot be made there.
@@ -241,6 +249,32 @@ func (m *mountFlags) source(specArg string, s *spec.Spec) string {
 		return m.fsname
 	}
 	return "cairn:" + fsName(specArg, s)
+}
+
+// secretFlags puts -passfile or -extpass in place of the spec's for every
+// layer that takes a passphrase (an option named passfile).
+func (m *mountFlags) secretFlags(s *spec.Spec) error {
+	if m.passfile == "" && m.extpass == "" {
+		return nil
+	}
+	if m.passfile != "" && m.extpass != "" {
+		return usagef("give -passfile or -extpass, not both")
+	}
+	pf := m.passfile
+	if pf != "" {
+		abs, err := filepath.Abs(pf)
+		if err != nil {
+			return err
+		}
+		pf = abs
+	}
+	for _, name := range s.Order {
+		l := s.Layers[name]
+		if t := l.TypeInfo(); t != nil && t.Option("passfile") != nil && l.Values != nil {
+			l.Values["passfile"], l.Values["extpass"] = pf, m.extpass
+		}
+	}
+	return nil
 }
 
 // parseOptions reads -o.
