@@ -141,18 +141,14 @@ Flags:
 		return daemonize(args, secrets)
 	}
 
-	logger, closeLog, err := newLogger(m, level, readyFd != "" && !m.foreground)
-	if err != nil {
-		return fail(err, exitFailed)
-	}
-	defer closeLog()
-	slog.SetDefault(logger)
-
 	var ready *os.File
 	if readyFd != "" {
 		ready = os.NewFile(3, "ready")
 		os.Unsetenv(daemonEnv)
 	}
+	// report tells the foreground process, which waits, that the mount is
+	// ready ("ok") or why not: everything that fails before goes through it,
+	// so that a background mount says what went wrong as -f would.
 	report := func(msg string) {
 		if ready != nil {
 			fmt.Fprintln(ready, msg)
@@ -160,6 +156,14 @@ Flags:
 			ready = nil
 		}
 	}
+
+	logger, closeLog, err := newLogger(m, level, readyFd != "" && !m.foreground)
+	if err != nil {
+		report("log: " + err.Error())
+		return fail(err, exitFailed)
+	}
+	defer closeLog()
+	slog.SetDefault(logger)
 
 	// Held until this process exits, after the stack is closed (its data
 	// flushed): 'cairn umount' waits for it.
@@ -308,8 +312,14 @@ func (m *mountFlags) parseOptions() error {
 // mountpointDir reports a mountpoint that is not a directory (cairn check
 // with a MOUNTPOINT says so too).
 func mountpointDir(mp string) error {
-	if fi, err := os.Stat(mp); err != nil || !fi.IsDir() {
-		return fmt.Errorf("mountpoint %s is not a directory; create it first (mkdir -p %s)", mp, mp)
+	fi, err := os.Stat(mp)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("mountpoint %s does not exist; create it first (mkdir -p %s)", mp, mp)
+	case err != nil:
+		return fmt.Errorf("mountpoint %s: %v", mp, err)
+	case !fi.IsDir():
+		return fmt.Errorf("mountpoint %s is a file, not a directory; choose a directory (a mount covers a directory)", mp)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"cairn/layer"
 	"cairn/pathmatch"
 	"cairn/registry"
+	"cairn/spec"
 )
 
 // The options' checks, which cairn check runs too: everything New would
@@ -20,7 +21,7 @@ import (
 func checkOps(v any) error {
 	for _, op := range v.([]string) {
 		if !known(op) {
-			return fmt.Errorf("unknown operation %q%s (known: %s)", op, closest(op), strings.Join(layer.OpNames, ", "))
+			return fmt.Errorf("unknown operation %q%s (known: %s)", op, spec.DidYouMean(op, layer.OpNames), strings.Join(layer.OpNames, ", "))
 		}
 	}
 	return nil
@@ -61,41 +62,6 @@ func checkLog(v any) error {
 		return fmt.Errorf("%s cannot be created: directory %s is not writable", p, dir)
 	}
 	return nil
-}
-
-// closest suggests the known operation nearest to op.
-func closest(op string) string {
-	best, bestD := "", 3
-	for _, n := range layer.OpNames {
-		if d := distance(op, n); d < bestD {
-			best, bestD = n, d
-		}
-	}
-	if best == "" {
-		return ""
-	}
-	return fmt.Sprintf(" (did you mean %q?)", best)
-}
-
-// distance is the Levenshtein distance of a and b.
-func distance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			c := 1
-			if a[i-1] == b[j-1] {
-				c = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+c)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }
 
 func init() {
