@@ -306,3 +306,5 @@ func Errno(err error) syscall.Errno {
 	}
 	return syscall.EIO
 }
+
+var errInvalidSeek = syscall.EINVAL
