@@ -44,8 +44,13 @@ func OpenDir(ctx context.Context, fs FS, path string) (Dir, error) {
 		}
 		fs = ls[0]
 	}
-	return &listedDir{fs: fs, path: path}, nil
+	return ListedDir(fs, path), nil
 }
+
+// ListedDir streams path's listing as fs.ReadDir gives it, read whole on
+// the first Next (and again after Seek(0)); cookies are positions in it:
+// for a layer that streams some directories and lists others.
+func ListedDir(fs FS, path string) Dir { return &listedDir{fs: fs, path: path} }
 
 // listedDir streams a listing read whole with ReadDir (on the first Next,
 // and again after a Seek to 0); cookies are positions in it.
@@ -99,5 +104,33 @@ func ReadDirAll(ctx context.Context, d Dir, plus bool) ([]DirEntry, error) {
 			return nil, err
 		}
 		out = append(out, e)
+	}
+}
+
+// MapDir is d with each entry passed through fn, which may change it, or
+// leave it out (keep false): the stream of a layer that changes names or
+// attributes of its lower's entries (crypt, codec). Cookies are d's.
+func MapDir(d Dir, fn func(ctx context.Context, e *DirEntry) (keep bool, err error)) Dir {
+	return &mappedDir{Dir: d, fn: fn}
+}
+
+type mappedDir struct {
+	Dir
+	fn func(ctx context.Context, e *DirEntry) (bool, error)
+}
+
+func (m *mappedDir) Next(ctx context.Context, plus bool) (DirEntry, uint64, error) {
+	for {
+		e, cookie, err := m.Dir.Next(ctx, plus)
+		if err != nil {
+			return e, cookie, err
+		}
+		keep, err := m.fn(ctx, &e)
+		if err != nil {
+			return DirEntry{}, 0, err
+		}
+		if keep {
+			return e, cookie, nil
+		}
 	}
 }
