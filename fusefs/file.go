@@ -56,7 +56,7 @@ func (st *state) newFile(ctx context.Context, f layer.File, path string, ino *fs
 // release), and the daemon holds no descriptor for a passed-through file
 // that it does not use otherwise.
 func (f *file) PassthroughFd() (int, bool) {
-	if !f.st.passthrough {
+	if !f.st.passes(f.f.Caps()) {
 		return -1, false
 	}
 	fd, ok := f.f.PassthroughFd()

@@ -425,3 +425,13 @@ func (f *hookedFile) PassthroughFd() (int, bool) {
 	}
 	return f.Lower.PassthroughFd()
 }
+
+// Caps forwards the lower file's, without passthrough when the hook must
+// see every read and write (NoPassthrough).
+func (f *hookedFile) Caps() Caps {
+	c := f.Lower.Caps()
+	if f.h.NoPassthrough {
+		c &^= CapPassthrough
+	}
+	return c
+}

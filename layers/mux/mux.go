@@ -125,12 +125,6 @@ func (f *file) Setattr(ctx context.Context, in *layer.SetAttr) (layer.Attr, erro
 	return a, err
 }
 
-// KeepCache forwards the lower file's (see layer.CacheKeeper).
-func (f *file) KeepCache() bool {
-	k, ok := f.Lower.(layer.CacheKeeper)
-	return ok && k.KeepCache()
-}
-
 func (m *FS) file(path string, f layer.File) layer.File {
 	i, _, _ := m.index(path)
 	return &file{BaseFile: layer.BaseFile{Lower: f}, i: i, n: len(m.lowers)}
