@@ -1,0 +1,652 @@
+package conformance
+
+import (
+	"bytes"
+	"encoding/binary"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// cases are run in order, each in a directory of its own, on the oracle and
+// on the mount.
+var cases = []tcase{
+	{"files", files},
+	{"sparse", sparse},
+	{"dirs", dirs},
+	{"rename", rename},
+	{"links", links},
+	{"fifo", fifo},
+	{"modes", modes},
+	{"setid", setid},
+	{"times", times},
+	{"xattr", xattrs},
+	{"names", names},
+	{"statfs", statfs},
+	{"inodes", inodes},
+}
+
+func write(c *C, name string, data string) {
+	c.E("write "+name, os.WriteFile(c.P(name), []byte(data), 0o644))
+}
+
+func read(c *C, name string) {
+	b, err := os.ReadFile(c.P(name))
+	if err != nil {
+		c.E("read "+name, err)
+		return
+	}
+	c.V("read "+name, "%q", b)
+}
+
+func files(c *C) {
+	fd, err := unix.Open(c.P("f"), unix.O_CREAT|unix.O_EXCL|unix.O_RDWR, 0o644)
+	c.E("create f", err)
+	_, err = unix.Open(c.P("f"), unix.O_CREAT|unix.O_EXCL|unix.O_RDWR, 0o644)
+	c.E("create f again", err)
+	if fd >= 0 {
+		n, err := unix.Pwrite(fd, []byte("hello world"), 0)
+		c.E("pwrite", err)
+		c.V("pwrite n", "%d", n)
+		buf := make([]byte, 32)
+		n, err = unix.Pread(fd, buf, 6)
+		c.E("pread", err)
+		c.V("pread", "%q", buf[:n])
+		c.E("ftruncate 20", unix.Ftruncate(fd, 20))
+		n, _ = unix.Pread(fd, buf, 0)
+		c.V("pread after grow", "%q", buf[:n])
+		c.E("ftruncate 5", unix.Ftruncate(fd, 5))
+		n, _ = unix.Pread(fd, buf, 0)
+		c.V("pread after shrink", "%q", buf[:n])
+		n, err = unix.Pread(fd, buf, 100)
+		c.E("pread past end", err)
+		c.V("pread past end n", "%d", n)
+		unix.Close(fd)
+	}
+	c.Stat("f")
+	fd, err = unix.Open(c.P("f"), unix.O_WRONLY|unix.O_APPEND, 0)
+	c.E("open append", err)
+	if fd >= 0 {
+		unix.Write(fd, []byte(" more"))
+		unix.Pwrite(fd, []byte("!"), 0) // O_APPEND: pwrite appends on Linux
+		unix.Close(fd)
+	}
+	read(c, "f")
+	c.E("truncate 3", os.Truncate(c.P("f"), 3))
+	read(c, "f")
+	fd, err = unix.Open(c.P("f"), unix.O_WRONLY|unix.O_TRUNC, 0)
+	c.E("open trunc", err)
+	if fd >= 0 {
+		unix.Close(fd)
+	}
+	c.Stat("f")
+	_, err = unix.Open(c.P("missing"), unix.O_RDONLY, 0)
+	c.E("open missing", err)
+	_, err = unix.Open(c.P("f/x"), unix.O_RDONLY, 0)
+	c.E("open f/x", err)
+	_, err = unix.Open(c.P("f"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	c.E("open f O_DIRECTORY", err)
+	_, err = unix.Open(c.dir, unix.O_WRONLY, 0)
+	c.E("open dir for writing", err)
+	c.E("create in missing dir", os.WriteFile(c.P("no/f"), nil, 0o644))
+	c.E("unlink missing", unix.Unlink(c.P("missing")))
+	c.E("rmdir file", unix.Rmdir(c.P("f")))
+	// a file written through two descriptors, read through a third
+	a, _ := os.OpenFile(c.P("g"), os.O_CREATE|os.O_RDWR, 0o644)
+	b, _ := os.OpenFile(c.P("g"), os.O_RDWR, 0)
+	if a != nil && b != nil {
+		a.WriteAt([]byte("aaaa"), 0)
+		b.WriteAt([]byte("bb"), 2)
+		a.Close()
+		b.Close()
+	}
+	read(c, "g")
+	// unlinked while open: still readable and writable
+	f, err := os.OpenFile(c.P("g"), os.O_RDWR, 0)
+	c.E("open g", err)
+	if f != nil {
+		c.E("unlink open g", os.Remove(c.P("g")))
+		f.WriteAt([]byte("Z"), 0)
+		buf := make([]byte, 8)
+		n, _ := f.ReadAt(buf, 0)
+		c.V("read unlinked", "%q", buf[:n])
+		var st unix.Stat_t
+		c.E("fstat unlinked", unix.Fstat(int(f.Fd()), &st))
+		c.V("fstat unlinked", "nlink %d size %d", st.Nlink, st.Size)
+		f.Close()
+	}
+}
+
+func sparse(c *C) {
+	f, err := os.OpenFile(c.P("s"), os.O_CREATE|os.O_RDWR, 0o644)
+	c.E("create s", err)
+	if f == nil {
+		return
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	f.WriteAt([]byte("tail"), 1<<20)
+	f.WriteAt([]byte("head"), 0)
+	var st unix.Stat_t
+	unix.Fstat(fd, &st)
+	c.V("size", "%d", st.Size)
+	buf := make([]byte, 8192)
+	n, _ := f.ReadAt(buf, 500<<10)
+	c.V("hole reads zeros", "%v %d", bytes.Count(buf[:n], []byte{0}) == n, n)
+	if !c.Has(Holes) {
+		c.V("blocks below size", "%v", st.Blocks*512 < 512<<10)
+	}
+	for _, off := range []int64{0, 100, 300 << 10, 1 << 20, 1<<20 + 4, 2 << 20} {
+		d, errd := unix.Seek(fd, off, unix.SEEK_DATA)
+		h, errh := unix.Seek(fd, off, unix.SEEK_HOLE)
+		if c.Has(Holes) {
+			// What ext4 and the fallback (data wherever there are bytes,
+			// the only hole at the end) agree on.
+			c.E("SEEK_DATA at "+itoa(off), errd)
+			c.E("SEEK_HOLE at "+itoa(off), errh)
+			c.V("SEEK_DATA/HOLE in range at "+itoa(off), "%v", (errd != nil || d >= off && d < st.Size) && (errh != nil || h >= off && h <= st.Size))
+			continue
+		}
+		c.E("SEEK_DATA at "+itoa(off), errd)
+		c.E("SEEK_HOLE at "+itoa(off), errh)
+		if errd == nil {
+			c.V("SEEK_DATA at "+itoa(off), "%d", d)
+		}
+		if errh == nil {
+			c.V("SEEK_HOLE at "+itoa(off), "%d", h)
+		}
+	}
+	// punch a hole, zero a range, extend with fallocate
+	c.E("punch", unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 1, 2))
+	n, _ = f.ReadAt(buf[:4], 0)
+	c.V("after punch", "%q", buf[:n])
+	c.E("fallocate grow", unix.Fallocate(fd, 0, 0, 3<<20))
+	unix.Fstat(fd, &st)
+	c.V("size after fallocate", "%d", st.Size)
+	c.E("fallocate keep size", unix.Fallocate(fd, unix.FALLOC_FL_KEEP_SIZE, 0, 4<<20))
+	unix.Fstat(fd, &st)
+	c.V("size after keep-size fallocate", "%d", st.Size)
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+type dirent struct {
+	name string
+	ino  uint64
+	typ  uint8
+}
+
+// dirents reads a directory with getdents64, "." and ".." included.
+func dirents(dir string) ([]dirent, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	var out []dirent
+	buf := make([]byte, 4096)
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err != nil {
+			return out, err
+		}
+		if n <= 0 {
+			return out, nil
+		}
+		for b := buf[:n]; len(b) > 19; {
+			reclen := int(binary.LittleEndian.Uint16(b[16:18]))
+			name := b[19:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			out = append(out, dirent{string(name), binary.LittleEndian.Uint64(b[0:8]), b[18]})
+			b = b[reclen:]
+		}
+	}
+}
+
+// listing records a directory's names, sorted, with "." and ".." and
+// each entry's type.
+func listing(c *C, dir string) {
+	ents, err := dirents(dir)
+	if err != nil {
+		c.E("list", err)
+		return
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.name+"/"+itoa(int64(e.typ)))
+	}
+	sort.Strings(names)
+	c.V("list "+strings.TrimPrefix(dir, c.dir), "%v", names)
+}
+
+func dirs(c *C) {
+	c.E("mkdir d", os.Mkdir(c.P("d"), 0o755))
+	c.E("mkdir d again", os.Mkdir(c.P("d"), 0o755))
+	c.E("mkdir d/e", os.Mkdir(c.P("d/e"), 0o700))
+	write(c, "d/f", "x")
+	c.Stat("d")
+	c.Stat("d/e")
+	listing(c, c.P("d"))
+	listing(c, c.P("d/e"))
+	c.E("rmdir nonempty", unix.Rmdir(c.P("d")))
+	c.E("rmdir d/e/.", unix.Rmdir(c.P("d/e/.")))
+	c.E("rmdir d/e/..", unix.Rmdir(c.P("d/e/..")))
+	c.E("unlink dir", unix.Unlink(c.P("d/e")))
+	c.E("mkdir in file", os.Mkdir(c.P("d/f/x"), 0o755))
+	c.E("rmdir d/e", unix.Rmdir(c.P("d/e")))
+	c.E("rmdir d/e again", unix.Rmdir(c.P("d/e")))
+	c.Stat("d")
+	// many entries, listed in full
+	for i := 0; i < 300; i++ {
+		f, err := os.Create(c.P("d/n" + itoa(int64(i))))
+		if err != nil {
+			c.E("create many", err)
+			break
+		}
+		f.Close()
+	}
+	listing(c, c.P("d"))
+	// a directory removed while open lists nothing
+	fd, err := unix.Open(c.P("d/e2"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	c.E("open missing dir", err)
+	os.Mkdir(c.P("gone"), 0o755)
+	fd, err = unix.Open(c.P("gone"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err == nil {
+		c.E("rmdir open dir", unix.Rmdir(c.P("gone")))
+		n, err := unix.Getdents(fd, make([]byte, 4096))
+		c.E("getdents removed dir", err)
+		c.V("getdents removed dir", "%d", n)
+		unix.Close(fd)
+	}
+}
+
+func rename(c *C) {
+	r := func(op, a, b string, flags uint) {
+		c.E(op, unix.Renameat2(unix.AT_FDCWD, c.P(a), unix.AT_FDCWD, c.P(b), flags))
+	}
+	write(c, "a", "A")
+	write(c, "b", "B")
+	os.Mkdir(c.P("d"), 0o755)
+	os.Mkdir(c.P("e"), 0o755)
+	os.Mkdir(c.P("full"), 0o755)
+	write(c, "full/x", "X")
+	r("a over b", "a", "b", 0)
+	read(c, "b")
+	c.Stat("a")
+	r("missing", "a", "c", 0)
+	r("b over dir", "b", "d", 0)
+	r("dir over file", "d", "b", 0)
+	r("dir over nonempty dir", "d", "full", 0)
+	r("dir over empty dir", "d", "e", 0)
+	c.Stat("d")
+	os.Mkdir(c.P("d"), 0o755)
+	r("dir into own subtree", "e", "e/sub", 0)
+	os.Mkdir(c.P("e/sub"), 0o755)
+	r("dir onto own child", "e", "e/sub/x", 0)
+	r("to itself", "b", "b", 0)
+	r("dot", "e/.", "x", 0)
+	r("noreplace existing", "b", "full/x", unix.RENAME_NOREPLACE)
+	r("noreplace new", "b", "c", unix.RENAME_NOREPLACE)
+	read(c, "c")
+	r("exchange file and dir", "c", "d", unix.RENAME_EXCHANGE)
+	c.Stat("c")
+	c.Stat("d")
+	r("exchange missing", "c", "zz", unix.RENAME_EXCHANGE)
+	r("exchange with noreplace", "c", "d", unix.RENAME_EXCHANGE|unix.RENAME_NOREPLACE)
+	r("exchange back", "c", "d", unix.RENAME_EXCHANGE)
+	read(c, "d")
+	// hard links of one file: rename of one onto the other does nothing
+	c.E("link", os.Link(c.P("d"), c.P("d2")))
+	r("link onto link", "d", "d2", 0)
+	c.Stat("d")
+	c.Stat("d2")
+	// across directories, then back
+	r("into dir", "d2", "full/d2", 0)
+	read(c, "full/d2")
+	r("dir with contents", "full", "e/sub/full", 0)
+	read(c, "e/sub/full/x")
+	listing(c, c.dir)
+	// an open file keeps working across its rename
+	f, err := os.OpenFile(c.P("d"), os.O_RDWR, 0)
+	if err == nil {
+		r("open file", "d", "moved", 0)
+		f.WriteAt([]byte("W"), 1)
+		f.Close()
+		read(c, "moved")
+	}
+}
+
+func links(c *C) {
+	write(c, "f", "data")
+	c.E("link", os.Link(c.P("f"), c.P("l")))
+	c.Stat("f")
+	c.E("link existing", os.Link(c.P("f"), c.P("l")))
+	os.Mkdir(c.P("d"), 0o755)
+	c.E("link dir", os.Link(c.P("d"), c.P("dl")))
+	c.E("link missing", os.Link(c.P("x"), c.P("xl")))
+	write(c, "l", "new")
+	read(c, "f")
+	c.E("unlink f", os.Remove(c.P("f")))
+	c.Stat("l")
+	c.E("symlink", os.Symlink("l", c.P("s")))
+	c.E("symlink existing", os.Symlink("l", c.P("s")))
+	c.Stat("s")
+	t, err := os.Readlink(c.P("s"))
+	c.E("readlink", err)
+	c.V("readlink", "%q", t)
+	_, err = os.Readlink(c.P("l"))
+	c.E("readlink file", err)
+	read(c, "s")
+	long := strings.Repeat("x/", 1000) + "end"
+	c.E("long symlink", os.Symlink(long, c.P("ls")))
+	t, _ = os.Readlink(c.P("ls"))
+	c.V("long readlink", "%v", t == long)
+	c.E("dangling", os.Symlink("nowhere", c.P("dang")))
+	_, err = os.Stat(c.P("dang"))
+	c.E("stat dangling", err)
+	_, err = unix.Open(c.P("s"), unix.O_RDONLY|unix.O_NOFOLLOW, 0)
+	c.E("open symlink O_NOFOLLOW", err)
+	c.E("unlink symlink", os.Remove(c.P("s")))
+	c.Stat("l")
+	c.E("hard link to symlink", unix.Linkat(unix.AT_FDCWD, c.P("dang"), unix.AT_FDCWD, c.P("dang2"), 0))
+	c.Stat("dang2")
+}
+
+func fifo(c *C) {
+	c.E("mkfifo", unix.Mkfifo(c.P("p"), 0o640))
+	c.Stat("p")
+	c.E("mkfifo existing", unix.Mkfifo(c.P("p"), 0o640))
+	fd, err := unix.Open(c.P("p"), unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	c.E("open fifo", err)
+	if err == nil {
+		w, err := unix.Open(c.P("p"), unix.O_WRONLY|unix.O_NONBLOCK, 0)
+		c.E("open fifo for writing", err)
+		if err == nil {
+			unix.Write(w, []byte("through the pipe"))
+			buf := make([]byte, 64)
+			n, _ := unix.Read(fd, buf)
+			c.V("fifo read", "%q", buf[:max(n, 0)])
+			unix.Close(w)
+		}
+		unix.Close(fd)
+	}
+	c.E("mknod socket", unix.Mknod(c.P("sock"), unix.S_IFSOCK|0o644, 0))
+	c.Stat("sock")
+	c.E("rename fifo", os.Rename(c.P("p"), c.P("q")))
+	c.Stat("q")
+	c.E("unlink fifo", os.Remove(c.P("q")))
+}
+
+func modes(c *C) {
+	write(c, "f", "secret")
+	c.E("chmod 0000", os.Chmod(c.P("f"), 0))
+	c.Stat("f")
+	read(c, "f") // root reads anyway
+	c.As(func() {
+		_, err := os.ReadFile(c.P("f"))
+		c.E("read 0000 as other", err)
+		c.E("chmod as other", os.Chmod(c.P("f"), 0o644))
+		c.E("chown as other", os.Chown(c.P("f"), 65534, 65534))
+		c.E("create as other", os.WriteFile(c.P("o"), []byte("o"), 0o600))
+		c.E("chmod own", os.Chmod(c.P("o"), 0o640))
+		c.E("chown own to root", os.Chown(c.P("o"), 0, 0))
+		c.E("chgrp own to group 0", os.Chown(c.P("o"), -1, 0))
+		c.E("mkdir as other", os.Mkdir(c.P("od"), 0o700))
+	})
+	c.Stat("o")
+	c.Stat("od")
+	c.E("chmod 0755", os.Chmod(c.P("f"), 0o755))
+	c.E("chown", os.Chown(c.P("f"), 65534, 65534))
+	c.Stat("f")
+	c.E("chmod 07777", os.Chmod(c.P("f"), 0o7777))
+	c.Stat("f")
+	c.E("chmod dir 0", os.Chmod(c.P("od"), 0))
+	c.As(func() {
+		_, err := os.ReadDir(c.P("od"))
+		c.E("list 0 dir as owner", err)
+		_, err = os.Stat(c.P("od/x"))
+		c.E("stat in 0 dir as owner", err)
+	})
+	os.Chmod(c.P("od"), 0o700)
+	// sticky directory: others may not remove root's files
+	os.Mkdir(c.P("tmp"), 0o1777)
+	os.Chmod(c.P("tmp"), 0o1777)
+	write(c, "tmp/root", "r")
+	c.As(func() {
+		c.E("unlink in sticky dir", os.Remove(c.P("tmp/root")))
+		c.E("create in sticky dir", os.WriteFile(c.P("tmp/mine"), nil, 0o644))
+		c.E("unlink own in sticky dir", os.Remove(c.P("tmp/mine")))
+	})
+	// a directory others cannot write
+	os.Mkdir(c.P("ro"), 0o755)
+	c.As(func() {
+		c.E("create in 0755 root dir", os.WriteFile(c.P("ro/x"), nil, 0o644))
+		c.E("rename into 0755 root dir", os.Rename(c.P("o"), c.P("ro/o")))
+	})
+}
+
+func setid(c *C) {
+	// a file of the other user with set-id bits: its writes clear them
+	write(c, "f", "x")
+	os.Chown(c.P("f"), 65534, 65534)
+	c.E("chmod 06755", os.Chmod(c.P("f"), 0o6755))
+	c.Stat("f")
+	c.As(func() {
+		f, err := os.OpenFile(c.P("f"), os.O_WRONLY, 0)
+		c.E("open own set-id file", err)
+		if err == nil {
+			f.WriteAt([]byte("y"), 0)
+			f.Close()
+		}
+	})
+	c.Stat("f")
+	// truncate by the owner clears them too
+	c.E("chmod 06755 again", os.Chmod(c.P("f"), 0o6755))
+	c.As(func() { c.E("truncate as owner", os.Truncate(c.P("f"), 0)) })
+	c.Stat("f")
+	// chown clears them
+	c.E("chmod 06755 third", os.Chmod(c.P("f"), 0o6755))
+	c.E("chown root", os.Chown(c.P("f"), 0, 0))
+	c.Stat("f")
+	// setgid without group exec stays (mandatory-locking mark)
+	c.E("chmod 02644", os.Chmod(c.P("f"), 0o2644))
+	c.E("chown again", os.Chown(c.P("f"), 65534, 65534))
+	c.Stat("f")
+	// a world-writable set-id file written by another user
+	write(c, "w", "x")
+	c.E("chmod 06777", os.Chmod(c.P("w"), 0o6777))
+	c.As(func() {
+		f, err := os.OpenFile(c.P("w"), os.O_WRONLY, 0)
+		c.E("open root's set-id file", err)
+		if err == nil {
+			f.WriteAt([]byte("y"), 0)
+			f.Close()
+		}
+	})
+	c.Stat("w")
+	// setgid directory: new entries take its group, subdirectories the bit
+	os.Mkdir(c.P("sg"), 0o777)
+	os.Chown(c.P("sg"), 0, 65534)
+	c.E("chmod 02777 dir", os.Chmod(c.P("sg"), 0o2777))
+	write(c, "sg/f", "x")
+	os.Mkdir(c.P("sg/d"), 0o755)
+	c.Stat("sg/f")
+	c.Stat("sg/d")
+}
+
+func times(c *C) {
+	write(c, "f", "x")
+	ts := []unix.Timespec{{Sec: 1000000000, Nsec: 123456789}, {Sec: 1200000000, Nsec: 987654321}}
+	c.E("utimens", unix.UtimesNano(c.P("f"), ts))
+	var st unix.Stat_t
+	unix.Lstat(c.P("f"), &st)
+	c.V("times", "atime %d.%09d mtime %d.%09d", st.Atim.Sec, st.Atim.Nsec, st.Mtim.Sec, st.Mtim.Nsec)
+	os.Symlink("f", c.P("s"))
+	c.E("utimens symlink", unix.UtimesNanoAt(unix.AT_FDCWD, c.P("s"), ts[:], unix.AT_SYMLINK_NOFOLLOW))
+	unix.Lstat(c.P("s"), &st)
+	c.V("symlink mtime", "%d.%09d", st.Mtim.Sec, st.Mtim.Nsec)
+	omit := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, {Sec: 5, Nsec: 0}}
+	c.E("utimens omit", unix.UtimesNano(c.P("f"), omit))
+	unix.Lstat(c.P("f"), &st)
+	c.V("times after omit", "atime %d.%09d mtime %d.%09d", st.Atim.Sec, st.Atim.Nsec, st.Mtim.Sec, st.Mtim.Nsec)
+	// writes move mtime forward
+	f, _ := os.OpenFile(c.P("f"), os.O_WRONLY, 0)
+	if f != nil {
+		f.Write([]byte("y"))
+		f.Close()
+	}
+	unix.Lstat(c.P("f"), &st)
+	c.V("write sets mtime", "%v", st.Mtim.Sec > 1000000000)
+	// other users: explicit times need ownership, "now" needs write access
+	os.Chmod(c.P("f"), 0o666)
+	c.As(func() {
+		c.E("utimens as other", unix.UtimesNano(c.P("f"), ts))
+		c.E("utimens now as other", unix.UtimesNanoAt(unix.AT_FDCWD, c.P("f"), nil, 0))
+	})
+	os.Chmod(c.P("f"), 0o644)
+	c.As(func() {
+		c.E("utimens now as other, read-only", unix.UtimesNanoAt(unix.AT_FDCWD, c.P("f"), nil, 0))
+	})
+}
+
+func xattrs(c *C) {
+	write(c, "f", "x")
+	p := c.P("f")
+	c.E("setxattr", unix.Setxattr(p, "user.a", []byte("one"), 0))
+	c.E("setxattr b", unix.Setxattr(p, "user.b", []byte(""), 0))
+	c.E("setxattr create existing", unix.Setxattr(p, "user.a", []byte("x"), unix.XATTR_CREATE))
+	c.E("setxattr replace missing", unix.Setxattr(p, "user.c", []byte("x"), unix.XATTR_REPLACE))
+	c.E("setxattr replace", unix.Setxattr(p, "user.a", []byte("two"), unix.XATTR_REPLACE))
+	buf := make([]byte, 256)
+	n, err := unix.Getxattr(p, "user.a", buf)
+	c.E("getxattr", err)
+	c.V("getxattr", "%q", buf[:max(n, 0)])
+	n, err = unix.Getxattr(p, "user.a", nil)
+	c.E("getxattr size", err)
+	c.V("getxattr size", "%d", n)
+	_, err = unix.Getxattr(p, "user.a", buf[:1])
+	c.E("getxattr small buffer", err)
+	_, err = unix.Getxattr(p, "user.none", buf)
+	c.E("getxattr missing", err)
+	n, err = unix.Listxattr(p, buf)
+	c.E("listxattr", err)
+	var names []string
+	for _, s := range strings.Split(string(buf[:max(n, 0)]), "\x00") {
+		if strings.HasPrefix(s, "user.") {
+			names = append(names, s)
+		}
+	}
+	sort.Strings(names)
+	c.V("listxattr user.*", "%v", names)
+	c.E("removexattr", unix.Removexattr(p, "user.a"))
+	c.E("removexattr again", unix.Removexattr(p, "user.a"))
+	big := bytes.Repeat([]byte("v"), 4000)
+	if c.Has(XattrOverhead) {
+		big = big[:3500]
+	}
+	c.E("setxattr big", unix.Setxattr(p, "user.big", big, 0))
+	n, _ = unix.Getxattr(p, "user.big", make([]byte, 8192))
+	c.V("big size", "%d", n)
+	c.E("setxattr long name", unix.Setxattr(p, "user."+strings.Repeat("n", 300), []byte("x"), 0))
+	os.Symlink("f", c.P("s"))
+	c.E("lsetxattr user on symlink", unix.Lsetxattr(c.P("s"), "user.a", []byte("x"), 0))
+	os.Mkdir(c.P("d"), 0o755)
+	c.E("setxattr dir", unix.Setxattr(c.P("d"), "user.d", []byte("dir"), 0))
+	n, _ = unix.Getxattr(c.P("d"), "user.d", buf)
+	c.V("getxattr dir", "%q", buf[:max(n, 0)])
+	c.As(func() {
+		c.E("setxattr as other", unix.Setxattr(p, "user.o", []byte("x"), 0))
+		_, err := unix.Getxattr(p, "user.b", buf)
+		c.E("getxattr as other", err)
+	})
+	// xattrs follow renames
+	os.Rename(p, c.P("g"))
+	n, err = unix.Getxattr(c.P("g"), "user.b", buf)
+	c.E("getxattr after rename", err)
+}
+
+func names(c *C) {
+	n255 := strings.Repeat("a", 255)
+	n256 := strings.Repeat("b", 256)
+	write(c, n255, "long")
+	read(c, n255)
+	c.E("create 256", os.WriteFile(c.P(n256), nil, 0o644))
+	c.E("mkdir 255", os.Mkdir(c.P("d"+n255[1:]), 0o755))
+	c.E("mkdir 256", os.Mkdir(c.P(n256), 0o755))
+	c.E("symlink 256", os.Symlink("x", c.P(n256)))
+	c.E("rename to 256", os.Rename(c.P(n255), c.P(n256)))
+	c.E("link to 256", os.Link(c.P(n255), c.P(n256)))
+	_, err := os.Lstat(c.P(n256))
+	c.E("lstat 256", err)
+	c.E("rename 255 to 255", os.Rename(c.P(n255), c.P(strings.Repeat("c", 255))))
+	listing(c, c.dir)
+	for _, n := range []string{"sp ace", "ü-ñ-日本", "-dash", ".hidden", "new\nline", "back\\slash", "*?[]"} {
+		write(c, n, n)
+		read(c, n)
+	}
+	listing(c, c.dir)
+	// a deep path longer than PATH_MAX, made a piece at a time
+	d := c.dir
+	for i := 0; i < 20; i++ {
+		d += "/" + strings.Repeat("p", 250)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			c.E("deep mkdir", err)
+			break
+		}
+	}
+	c.E("stat deep", func() error { _, err := os.Lstat(d); return err }())
+}
+
+func statfs(c *C) {
+	var s unix.Statfs_t
+	c.E("statfs", unix.Statfs(c.dir, &s))
+	c.V("statfs sane", "bsize>0 %v blocks>=bfree %v bfree>=bavail %v namelen %d", s.Bsize > 0, s.Blocks >= s.Bfree, s.Bfree >= s.Bavail, s.Namelen)
+	var f unix.Statfs_t
+	write(c, "f", "x")
+	c.E("statfs file", unix.Statfs(c.P("f"), &f))
+	c.V("statfs file same", "%v", f.Bsize == s.Bsize && f.Namelen == s.Namelen)
+}
+
+// inodes records how inode numbers relate (not their values): distinct
+// files, hard links, renames, and a file's number across an unlink and a new
+// create.
+func inodes(c *C) {
+	ino := func(name string) uint64 {
+		var st unix.Stat_t
+		if err := unix.Lstat(c.P(name), &st); err != nil {
+			c.E("lstat "+name, err)
+			return 0
+		}
+		return st.Ino
+	}
+	write(c, "a", "a")
+	write(c, "b", "b")
+	os.Mkdir(c.P("d"), 0o755)
+	os.Symlink("a", c.P("s"))
+	os.Link(c.P("a"), c.P("d/la"))
+	a, b, d, s, la := ino("a"), ino("b"), ino("d"), ino("s"), ino("d/la")
+	c.V("distinct", "%v", a != b && a != d && a != s && b != d && b != s && d != s)
+	c.V("hard link shares", "%v", a == la)
+	os.Rename(c.P("a"), c.P("d/a2"))
+	os.Rename(c.P("d"), c.P("d2"))
+	c.V("stable across rename", "%v %v", ino("d2/a2") == a, ino("d2") == d)
+	// fstat and stat agree, and readdir's d_ino matches
+	f, err := os.Open(c.P("b"))
+	if err == nil {
+		var st unix.Stat_t
+		unix.Fstat(int(f.Fd()), &st)
+		c.V("fstat agrees", "%v", st.Ino == b)
+		f.Close()
+	}
+	ents, _ := dirents(c.dir)
+	dino := map[string]uint64{}
+	for _, e := range ents {
+		dino[e.name] = e.ino
+	}
+	c.V("d_ino agrees", "%v %v", dino["b"] == b, dino["."] == ino("."))
+}
