@@ -27,6 +27,7 @@ var cases = []tcase{
 	{"names", names},
 	{"statfs", statfs},
 	{"inodes", inodes},
+	{"edges", edges},
 }
 
 func write(c *C, name string, data string) {
@@ -649,4 +650,121 @@ func inodes(c *C) {
 		dino[e.name] = e.ino
 	}
 	c.V("d_ino agrees", "%v %v", dino["b"] == b, dino["."] == ino("."))
+}
+
+// edges are the corners that FUSE frontends tend to get wrong.
+func edges(c *C) {
+	// a file created read-only is writable through the descriptor that
+	// created it, for its owner too
+	fd, err := unix.Open(c.P("ro"), unix.O_CREAT|unix.O_RDWR|unix.O_EXCL, 0o444)
+	c.E("create 0444", err)
+	if err == nil {
+		_, err = unix.Write(fd, []byte("written"))
+		c.E("write through creating fd", err)
+		unix.Close(fd)
+	}
+	read(c, "ro")
+	c.As(func() {
+		fd, err := unix.Open(c.P("mine"), unix.O_CREAT|unix.O_RDWR|unix.O_EXCL, 0)
+		c.E("create 0000 as other", err)
+		if err == nil {
+			_, err = unix.Write(fd, []byte("mine"))
+			c.E("write through creating fd as other", err)
+			unix.Close(fd)
+		}
+		_, err = unix.Open(c.P("mine"), unix.O_RDONLY, 0)
+		c.E("reopen 0000 as other", err)
+		c.E("access ro W_OK as other", unix.Access(c.P("ro"), unix.W_OK))
+		c.E("access ro R_OK as other", unix.Access(c.P("ro"), unix.R_OK))
+		_, err = unix.Open(c.P("ro"), unix.O_RDONLY|unix.O_TRUNC, 0)
+		c.E("O_TRUNC without write permission", err)
+	})
+	c.Stat("mine")
+	// wrong descriptors
+	fd, _ = unix.Open(c.P("ro"), unix.O_RDONLY, 0)
+	if fd >= 0 {
+		_, err = unix.Write(fd, []byte("x"))
+		c.E("write to O_RDONLY", err)
+		c.E("ftruncate O_RDONLY", unix.Ftruncate(fd, 0))
+		unix.Close(fd)
+	}
+	_, err = unix.Open(c.dir, unix.O_CREAT|unix.O_RDWR, 0o644)
+	c.E("O_CREAT on a directory", err)
+	// symlinks and O_CREAT
+	os.Symlink("target", c.P("dang"))
+	_, err = unix.Open(c.P("dang"), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644)
+	c.E("O_EXCL on dangling symlink", err)
+	fd, err = unix.Open(c.P("dang"), unix.O_CREAT|unix.O_WRONLY, 0o644)
+	c.E("O_CREAT through dangling symlink", err)
+	if err == nil {
+		unix.Close(fd)
+	}
+	c.Stat("target")
+	c.E("chmod symlink nofollow", unix.Fchmodat(unix.AT_FDCWD, c.P("dang"), 0o600, unix.AT_SYMLINK_NOFOLLOW))
+	c.E("lchown symlink", os.Lchown(c.P("dang"), 65534, 65534))
+	c.Stat("dang")
+	// O_TMPFILE, then linked into place
+	if !c.Has(Tmpfile) {
+		fd, err = unix.Open(c.dir, unix.O_TMPFILE|unix.O_RDWR, 0o600)
+		c.E("O_TMPFILE", err)
+	}
+	if !c.Has(Tmpfile) && err == nil {
+		unix.Write(fd, []byte("tmp"))
+		c.E("linkat tmpfile", unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+itoa(int64(fd)), unix.AT_FDCWD, c.P("fromtmp"), unix.AT_SYMLINK_FOLLOW))
+		unix.Close(fd)
+		read(c, "fromtmp")
+		c.Stat("fromtmp")
+	}
+	// copy_file_range between two files
+	write(c, "src", "0123456789abcdef")
+	in, _ := os.Open(c.P("src"))
+	out, _ := os.OpenFile(c.P("dst"), os.O_CREATE|os.O_RDWR, 0o644)
+	if in != nil && out != nil {
+		offIn, offOut := int64(4), int64(2)
+		n, err := unix.CopyFileRange(int(in.Fd()), &offIn, int(out.Fd()), &offOut, 8, 0)
+		c.E("copy_file_range", err)
+		c.V("copy_file_range n", "%d", n)
+		in.Close()
+		out.Close()
+	}
+	read(c, "dst")
+	// rename over an open file: the open file keeps the old bytes
+	write(c, "victim", "victim")
+	write(c, "winner", "winner")
+	f, err := os.Open(c.P("victim"))
+	if err == nil {
+		c.E("rename over open file", os.Rename(c.P("winner"), c.P("victim")))
+		b := make([]byte, 16)
+		n, _ := f.ReadAt(b, 0)
+		c.V("open victim reads", "%q", b[:n])
+		f.Close()
+	}
+	read(c, "victim")
+	// a moved directory's ".." is its new parent
+	os.MkdirAll(c.P("p1/child"), 0o755)
+	os.Mkdir(c.P("p2"), 0o755)
+	c.E("move dir", os.Rename(c.P("p1/child"), c.P("p2/child")))
+	c.Stat("p1")
+	c.Stat("p2")
+	var a, b unix.Stat_t
+	unix.Stat(c.P("p2/child/.."), &a)
+	unix.Stat(c.P("p2"), &b)
+	c.V(".. after move", "%v", a.Ino == b.Ino)
+	// fsync of a directory and of a file opened read-only
+	dfd, err := unix.Open(c.dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err == nil {
+		c.E("fsync dir", unix.Fsync(dfd))
+		unix.Close(dfd)
+	}
+	fd, _ = unix.Open(c.P("ro"), unix.O_RDONLY, 0)
+	if fd >= 0 {
+		c.E("fsync read-only file", unix.Fsync(fd))
+		c.E("fdatasync read-only file", unix.Fdatasync(fd))
+		unix.Close(fd)
+	}
+	// a directory with mode 0 is still usable by root
+	os.Mkdir(c.P("zero"), 0)
+	c.E("create in 0 dir as root", os.WriteFile(c.P("zero/f"), []byte("z"), 0o644))
+	read(c, "zero/f")
+	os.Chmod(c.P("zero"), 0o755)
 }
