@@ -303,11 +303,21 @@ for n in "f g d e p q l r".split():
 `
 
 // TestCreateModeIsTheCallers: the mode of a new object is what the caller
-// asked for under its own umask, whatever the daemon's umask is.
+// asked for under its own umask, whatever the daemon's umask is: 077 (every
+// create by another umask goes to a creator thread) or 0 (root's creates run
+// on the request's thread, with the umask applied by local).
 func TestCreateModeIsTheCallers(t *testing.T) {
 	mounttest.NeedRoot(t)
-	old := unix.Umask(0o077) // the daemon's own umask must not matter
-	t.Cleanup(func() { unix.Umask(old) })
+	for _, daemon := range []int{0o077, 0} {
+		t.Run(fmt.Sprintf("daemon-umask-%03o", daemon), func(t *testing.T) {
+			old := unix.Umask(daemon)
+			t.Cleanup(func() { unix.Umask(old) })
+			testCreateModes(t)
+		})
+	}
+}
+
+func testCreateModes(t *testing.T) {
 	eachStack(t, func(t *testing.T, s posixStack) {
 		oracle := ext4Dir(t)
 		for _, u := range []mounttest.User{root, nobody} {

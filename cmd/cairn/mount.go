@@ -50,6 +50,7 @@ type mountFlags struct {
 	logFile       string
 	entry, attr   time.Duration
 	negative      time.Duration
+	nonempty      bool
 }
 
 func runMount(args []string) int {
@@ -65,6 +66,7 @@ func runMount(args []string) int {
 	fl.DurationVar(&m.entry, "entry-timeout", 0, "kernel cache time of names (default: the spec's, else 1s)")
 	fl.DurationVar(&m.attr, "attr-timeout", 0, "kernel cache time of attributes (default: the spec's, else 1s)")
 	fl.DurationVar(&m.negative, "negative-timeout", 0, "kernel cache time of missing names (default: the spec's, else 1s)")
+	fl.BoolVar(&m.nonempty, "nonempty", false, "mount over a directory that holds files (hidden while mounted; refused otherwise)")
 	fl.Usage = func() {
 		fmt.Fprintf(fl.Output(), `Usage: cairn mount [flags] SPEC MOUNTPOINT
 
@@ -73,6 +75,9 @@ inline form, such as 'null:/srv/data' (see docs/spec.md); it is checked as
 'cairn check SPEC MOUNTPOINT' does before anything is mounted. The command returns once
 the mount is ready and the file system is served by a background process; with
 -f it stays in the foreground until Ctrl-C, SIGTERM or 'cairn umount'.
+MOUNTPOINT must be an empty directory (-nonempty: any directory) with nothing
+mounted on it; a dead mount there (its process was killed) is reported with
+what to do ('cairn umount MOUNTPOINT').
 
 Flags:
 `)
@@ -101,6 +106,9 @@ Flags:
 	level, err := parseLevel(m.logLevel)
 	if err != nil {
 		return fail(err, exitUsage)
+	}
+	if err := checkMountpointFree(mountpoint, m.nonempty); err != nil {
+		return fail(err, exitMount)
 	}
 	if err := mountpointDir(mountpoint); err != nil {
 		return fail(err, exitMount)
@@ -157,6 +165,10 @@ Flags:
 		s.Layers[name].Values[registry.SecretKey] = b
 	}
 	raiseNofile()
+	// Every object the daemon makes has an explicit mode: with umask 0,
+	// local creates a root caller's objects on the request's own thread
+	// (see local's FS.direct) whatever umask cairn was started with.
+	syscall.Umask(0)
 	stack, err := s.Build()
 	if err != nil {
 		report("spec: " + err.Error())
@@ -457,7 +469,9 @@ func runUmount(args []string) int {
 Unmounts a cairn mount and waits until the process that served it has
 written out its data and exited, so that the next command (cairn fsck, a
 new mount) can run at once. Exits 1 if that takes longer than -timeout
-(the mount is gone by then; the process is still finishing).
+(the mount is gone by then; the process is still finishing). Refuses a
+mountpoint where nothing is mounted and a mount that is not cairn's; a dead
+mount (its process was killed) unmounts as any other.
 
 Flags:
 `)
@@ -471,6 +485,9 @@ Flags:
 		return exitUsage
 	}
 	mp := fl.Arg(0)
+	if err := checkUnmountable(mp); err != nil {
+		return fail(err, exitFailed)
+	}
 	if err := fusefs.Unmount(mp, *lazy); err != nil {
 		hint := ""
 		if errors.Is(err, syscall.EBUSY) {

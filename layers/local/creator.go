@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strconv"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -139,4 +140,17 @@ func (j *job) do() (error, bool) {
 	unix.RawSyscall(unix.SYS_SETFSUID, 0, 0, 0)
 	unix.RawSyscall(unix.SYS_SETFSGID, 0, 0, 0)
 	return err, setgroups(nil) == nil
+}
+
+// hasDefaultACL reports whether directory dfd (an O_PATH descriptor) may
+// have a default ACL: true unless the lower says it has none (ENODATA) or
+// keeps no ACLs (EOPNOTSUPP). It asks getxattrat(2) for "." in dfd, since
+// fgetxattr refuses O_PATH descriptors; a kernel older than 6.13 goes
+// through /proc/self/fd.
+func hasDefaultACL(dfd int) bool {
+	_, err := getxattrat(dfd, ".", "system.posix_acl_default", nil)
+	if err == unix.ENOSYS {
+		_, err = unix.Getxattr("/proc/self/fd/"+strconv.Itoa(dfd), "system.posix_acl_default", nil)
+	}
+	return err != unix.ENODATA && err != unix.EOPNOTSUPP
 }

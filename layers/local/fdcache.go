@@ -246,8 +246,10 @@ func (c *fdCache) release(f *File) error {
 
 // removeName runs remove, which takes a name away from the object that
 // dirfd/name is, after reopening and pinning the files of that object whose
-// descriptor was closed: the name may be its last, and a closed descriptor
-// could not be reopened afterwards.
+// descriptor was closed when the name may be its last (a closed descriptor
+// could not be reopened afterwards). If the object still has a name after
+// all (remove failed, or another link was made meanwhile), the files go
+// back under the bound.
 func (c *fdCache) removeName(dirfd int, name string, remove func() error) error {
 	if !c.handles {
 		return remove()
@@ -262,20 +264,36 @@ func (c *fdCache) removeName(dirfd int, name string, remove func() error) error 
 		c.removing = make(map[fileKey]int)
 	}
 	c.removing[key]++
-	for _, f := range append([]*File(nil), c.closed[key]...) {
-		if fd, err := unix.OpenByHandleAt(f.mountFd, f.handle, f.reopenFlags()); err == nil {
-			f.fd = fd
-			c.forgetClosed(f)
-			f.pinned = true
+	// With other names left, and no other removal under way that could
+	// take them meanwhile, nothing needs reopening.
+	var reopened []*File
+	if st.Nlink <= 1 || c.removing[key] > 1 {
+		for _, f := range append([]*File(nil), c.closed[key]...) {
+			if fd, err := unix.OpenByHandleAt(f.mountFd, f.handle, f.reopenFlags()); err == nil {
+				f.fd = fd
+				c.forgetClosed(f)
+				f.pinned = true
+				reopened = append(reopened, f)
+			}
 		}
 	}
 	c.mu.Unlock()
 	err := remove()
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.removing[key]--; c.removing[key] == 0 {
 		delete(c.removing, key)
 	}
-	c.mu.Unlock()
+	for _, f := range reopened {
+		if f.released || f.fd < 0 || unix.Fstat(f.fd, &st) != nil || st.Nlink == 0 {
+			continue
+		}
+		f.pinned = false
+		f.elem = c.lru.PushFront(f)
+	}
+	if len(reopened) > 0 {
+		c.trim(nil)
+	}
 	return err
 }
 
