@@ -470,6 +470,31 @@ func setid(c *C) {
 		}
 	})
 	c.Stat("w")
+	// root's writes keep the bits (CAP_FSETID)
+	c.E("chmod 06755 root's", os.Chmod(c.P("w"), 0o6755))
+	f, err := os.OpenFile(c.P("w"), os.O_WRONLY, 0)
+	if err == nil {
+		f.WriteAt([]byte("root"), 0)
+		f.Close()
+	}
+	c.Stat("w")
+	// an owner outside the file's group cannot set setgid: chmod drops it
+	write(c, "g", "x")
+	os.Chown(c.P("g"), 65534, 0)
+	c.As(func() {
+		c.E("chmod 02755 outside the group", os.Chmod(c.P("g"), 0o2755))
+		c.E("chmod 04755 own", os.Chmod(c.P("g"), 0o4755))
+	})
+	c.Stat("g")
+	// fallocate by the owner clears set-id bits
+	c.As(func() {
+		f, err := os.OpenFile(c.P("g"), os.O_WRONLY, 0)
+		if err == nil {
+			c.E("fallocate own set-id file", unix.Fallocate(int(f.Fd()), 0, 0, 8192))
+			f.Close()
+		}
+	})
+	c.Stat("g")
 	// setgid directory: new entries take its group, subdirectories the bit
 	os.Mkdir(c.P("sg"), 0o777)
 	os.Chown(c.P("sg"), 0, 65534)
@@ -478,6 +503,12 @@ func setid(c *C) {
 	os.Mkdir(c.P("sg/d"), 0o755)
 	c.Stat("sg/f")
 	c.Stat("sg/d")
+	c.As(func() {
+		c.E("create in setgid dir as other", os.WriteFile(c.P("sg/o"), nil, 0o2755))
+		c.E("mkdir in setgid dir as other", os.Mkdir(c.P("sg/od"), 0o755))
+	})
+	c.Stat("sg/o")
+	c.Stat("sg/od")
 }
 
 func times(c *C) {
