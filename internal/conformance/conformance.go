@@ -39,6 +39,10 @@ type Stack struct {
 	// the root: [""]); the identity checks span all of them, and the fsx
 	// models run in the first.
 	Dirs []string
+	// Plain says the lower directory holds the mount's files under the
+	// same names with the same bytes (null, snoop, acl): the identity
+	// checks then also change the lower behind the mount's back.
+	Plain bool
 	// Limits are the deviations from ext4 the stack declares, by name (see
 	// the Limit constants), each with its reason: a real FUSE or format
 	// limit, not a bug.
@@ -109,6 +113,9 @@ func Run(t *testing.T, s Stack) {
 		})
 	}
 	t.Run("identity", func(t *testing.T) { identity(t, m.Dir, dirs) })
+	if s.Plain {
+		t.Run("reused-inode", func(t *testing.T) { reusedInode(t, m.Dir, lower) })
+	}
 	work := filepath.Join(m.Dir, dirs[0])
 	long := os.Getenv("CAIRN_LONG") != ""
 	t.Run("fsx", func(t *testing.T) {

@@ -106,3 +106,47 @@ func identity(t *testing.T, mnt string, dirs []string) {
 		f.Close()
 	}
 }
+
+// reusedInode: behind the mount's back, a file the kernel knows is removed
+// and new files are made until one gets its inode number (ext4 reuses freed
+// numbers). The new file is another object: the old file's handle
+// (name_to_handle_at) must not open it, as on ext4 (there: ESTALE).
+func reusedInode(t *testing.T, mnt, lower string) {
+	old := filepath.Join(lower, "conf-reuse-old")
+	must(t, os.WriteFile(old, []byte("old file"), 0o644))
+	var st unix.Stat_t
+	must(t, unix.Lstat(filepath.Join(mnt, "conf-reuse-old"), &st))
+	h, _, err := unix.NameToHandleAt(unix.AT_FDCWD, filepath.Join(mnt, "conf-reuse-old"), 0)
+	if err != nil {
+		t.Fatalf("name_to_handle_at through the mount: %v", err)
+	}
+	must(t, os.Remove(old))
+	reused := ""
+	for i := 0; i < 200 && reused == ""; i++ {
+		n := fmt.Sprintf("conf-reuse-new%d", i)
+		must(t, os.WriteFile(filepath.Join(lower, n), []byte("the new file"), 0o644))
+		var nst unix.Stat_t
+		must(t, unix.Lstat(filepath.Join(lower, n), &nst))
+		if nst.Ino == st.Ino {
+			reused = n
+		}
+	}
+	if reused == "" {
+		t.Logf("the lower did not reuse inode number %d: nothing to check", st.Ino)
+		return
+	}
+	must(t, unix.Lstat(filepath.Join(mnt, reused), &st))
+	mfd, err := unix.Open(mnt, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	must(t, err)
+	defer unix.Close(mfd)
+	fd, err := unix.OpenByHandleAt(mfd, h, unix.O_RDONLY)
+	if err == nil {
+		b := make([]byte, 64)
+		n, _ := unix.Read(fd, b)
+		unix.Close(fd)
+		t.Fatalf("the old file's handle opens the new file %s (reads %q); ext4 answers ESTALE", reused, b[:max(n, 0)])
+	}
+	if b, err := os.ReadFile(filepath.Join(mnt, reused)); err != nil || string(b) != "the new file" {
+		t.Errorf("%s reads %q, %v", reused, b, err)
+	}
+}
