@@ -28,6 +28,7 @@ var cases = []tcase{
 	{"statfs", statfs},
 	{"inodes", inodes},
 	{"edges", edges},
+	{"more", more},
 }
 
 func write(c *C, name string, data string) {
@@ -798,4 +799,109 @@ func edges(c *C) {
 	c.E("create in 0 dir as root", os.WriteFile(c.P("zero/f"), []byte("z"), 0o644))
 	read(c, "zero/f")
 	os.Chmod(c.P("zero"), 0o755)
+}
+
+// more: rarer calls whose errno or result a program may depend on.
+func more(c *C) {
+	// device nodes (root): the type and device number
+	c.E("mknod char", unix.Mknod(c.P("null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))))
+	var st unix.Stat_t
+	if unix.Lstat(c.P("null"), &st) == nil {
+		c.V("char rdev", "%o %d:%d", st.Mode, unix.Major(st.Rdev), unix.Minor(st.Rdev))
+	}
+	c.E("mknod block", unix.Mknod(c.P("blk"), unix.S_IFBLK|0o600, int(unix.Mkdev(7, 200))))
+	if unix.Lstat(c.P("blk"), &st) == nil {
+		c.V("block rdev", "%o %d:%d", st.Mode, unix.Major(st.Rdev), unix.Minor(st.Rdev))
+	}
+	// rename with RENAME_WHITEOUT leaves a 0:0 character device
+	write(c, "w", "w")
+	c.E("rename whiteout", unix.Renameat2(unix.AT_FDCWD, c.P("w"), unix.AT_FDCWD, c.P("w2"), unix.RENAME_WHITEOUT))
+	if unix.Lstat(c.P("w"), &st) == nil {
+		c.V("whiteout", "%o %d:%d", st.Mode, unix.Major(st.Rdev), unix.Minor(st.Rdev))
+	}
+	read(c, "w2")
+	// symlink targets: 4095 bytes fit, 4096 do not
+	c.E("symlink 4095", os.Symlink(strings.Repeat("t", 4095), c.P("s4095")))
+	c.E("symlink 4096", os.Symlink(strings.Repeat("t", 4096), c.P("s4096")))
+	if t, err := os.Readlink(c.P("s4095")); err == nil {
+		c.V("readlink 4095", "%d", len(t))
+	}
+	// trusted.* xattrs (root)
+	write(c, "x", "x")
+	c.E("setxattr trusted", unix.Setxattr(c.P("x"), "trusted.t", []byte("tv"), 0))
+	buf := make([]byte, 64)
+	n, err := unix.Getxattr(c.P("x"), "trusted.t", buf)
+	c.E("getxattr trusted", err)
+	c.V("getxattr trusted", "%q", buf[:max(n, 0)])
+	c.E("setxattr bad namespace", unix.Setxattr(c.P("x"), "bogus.t", []byte("v"), 0))
+	c.E("setxattr empty name", unix.Setxattr(c.P("x"), "", []byte("v"), 0))
+	// fallocate modes
+	f, err := os.OpenFile(c.P("fa"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err == nil {
+		fd := int(f.Fd())
+		f.Write(bytes.Repeat([]byte("z"), 3*4096))
+		if !c.Has(LowerTmpfs) {
+			c.E("zero range", unix.Fallocate(fd, unix.FALLOC_FL_ZERO_RANGE, 100, 200))
+			b := make([]byte, 400)
+			n, _ := f.ReadAt(b, 0)
+			c.V("after zero range", "%d zeros", bytes.Count(b[:n], []byte{0}))
+		}
+		c.E("fallocate bad mode", unix.Fallocate(fd, 0x1000, 0, 10))
+		c.E("fallocate zero length", unix.Fallocate(fd, 0, 0, 0))
+		c.E("fallocate negative offset", unix.Fallocate(fd, 0, -1, 10))
+		f.Close()
+	}
+	// O_DIRECT with aligned buffers
+	fd, err := unix.Open(c.P("direct"), unix.O_CREAT|unix.O_RDWR|unix.O_DIRECT, 0o644)
+	c.E("open O_DIRECT", err)
+	if err == nil {
+		b, _ := unix.Mmap(-1, 0, 8192, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+		copy(b, bytes.Repeat([]byte("d"), 8192))
+		n, err := unix.Pwrite(fd, b[:4096], 4096)
+		c.E("pwrite O_DIRECT", err)
+		c.V("pwrite O_DIRECT n", "%d", n)
+		for i := range b {
+			b[i] = 0
+		}
+		n, err = unix.Pread(fd, b, 0)
+		c.E("pread O_DIRECT", err)
+		c.V("pread O_DIRECT", "%d bytes, %d d", n, bytes.Count(b[:max(n, 0)], []byte("d")))
+		unix.Munmap(b)
+		unix.Close(fd)
+	}
+	// chown to the same owner (-1, -1) changes nothing, and is allowed to anyone who owns it
+	write(c, "own", "o")
+	os.Chown(c.P("own"), 65534, 65534)
+	c.As(func() { c.E("chown -1 -1 as owner", os.Chown(c.P("own"), -1, -1)) })
+	c.As(func() { c.E("chown to self as owner", os.Chown(c.P("own"), 65534, 65534)) })
+	c.Stat("own")
+	// large offsets (only where holes are real: a layer without holes would write them out)
+	if !c.Has(Holes) {
+		f, err := os.OpenFile(c.P("big"), os.O_CREATE|os.O_RDWR, 0o644)
+		if err == nil {
+			_, err = f.WriteAt([]byte("far"), 1<<40)
+			c.E("pwrite at 1 TiB", err)
+			if !c.Has(LowerTmpfs) {
+				_, err = f.WriteAt([]byte("x"), 1<<50)
+				c.E("pwrite at 1 PiB", err)
+				c.E("ftruncate 16 TiB", f.Truncate(16<<40))
+			}
+			f.Close()
+		}
+		c.Stat("big")
+		os.Remove(c.P("big"))
+	}
+	// O_APPEND and O_TRUNC together, and O_EXCL without O_CREAT
+	write(c, "ap", "old")
+	fd, err = unix.Open(c.P("ap"), unix.O_WRONLY|unix.O_APPEND|unix.O_TRUNC, 0)
+	if err == nil {
+		unix.Write(fd, []byte("new"))
+		unix.Close(fd)
+	}
+	read(c, "ap")
+	fd, err = unix.Open(c.P("ap"), unix.O_RDONLY|unix.O_EXCL, 0)
+	c.E("O_EXCL without O_CREAT", err)
+	if err == nil {
+		unix.Close(fd)
+	}
 }

@@ -66,6 +66,11 @@ const (
 	// Tmpfile: open(O_TMPFILE) is refused (EOPNOTSUPP); the suite skips
 	// the nameless file and its linkat.
 	Tmpfile Limit = "tmpfile"
+	// LowerTmpfs: (part of) the lower is a tmpfs, which differs from ext4
+	// where a stack passes its answers on: no FALLOC_FL_ZERO_RANGE
+	// (EOPNOTSUPP), a larger largest file (no EFBIG at 1 PiB or 16 TiB); the suite
+	// skips those.
+	LowerTmpfs Limit = "lower-tmpfs"
 )
 
 // Framework is what no stack does yet, because the framework does not: the

@@ -29,11 +29,11 @@ var stacks = []conformance.Stack{
 	{Name: "lz4", Build: codecOver("lz4"), Limits: holes("codec")},
 	{Name: "copy", Build: codecOver("copy"), Limits: holes("codec")},
 	{Name: "uuencode", Build: codecOver("uuencode"), Limits: holes("codec")},
-	{Name: "mux", Build: muxTmpfsDisk, Dirs: []string{"tmp", "disk"}},
-	{Name: "null-tmpfs-inside", Setup: tmpfsInside, Build: func(t testing.TB, d string) layer.FS { return null.New(lower(t, d)) }, Dirs: []string{"", "sub"}},
+	{Name: "mux", Build: muxTmpfsDisk, Dirs: []string{"tmp", "disk"}, Limits: onTmpfs},
+	{Name: "null-tmpfs-inside", Setup: tmpfsInside, Build: func(t testing.TB, d string) layer.FS { return null.New(lower(t, d)) }, Dirs: []string{"", "sub"}, Limits: onTmpfs},
 	{Name: "snoop-crypt", Build: func(t testing.TB, d string) layer.FS { return snoopOver(t, cryptOver(t, lower(t, d))) }, Limits: cryptLimits},
 	{Name: "acl-zstd", Build: func(t testing.TB, d string) layer.FS { return aclOver(codecOver("zstd")(t, d)) }, Limits: holes("codec")},
-	{Name: "null-mux", Build: func(t testing.TB, d string) layer.FS { return null.New(muxTmpfsDisk(t, d)) }, Dirs: []string{"tmp", "disk"}},
+	{Name: "null-mux", Build: func(t testing.TB, d string) layer.FS { return null.New(muxTmpfsDisk(t, d)) }, Dirs: []string{"tmp", "disk"}, Limits: onTmpfs},
 }
 
 func TestConformance(t *testing.T) {
@@ -45,6 +45,10 @@ func TestConformance(t *testing.T) {
 func holes(why string) map[conformance.Limit]string {
 	return map[conformance.Limit]string{conformance.Holes: why + " stores whole chunks: SEEK_DATA/SEEK_HOLE and st_blocks show no holes"}
 }
+
+// onTmpfs: a stack with a tmpfs for (part of) its lower shows what tmpfs
+// cannot do.
+var onTmpfs = map[conformance.Limit]string{conformance.LowerTmpfs: "tmpfs has no FALLOC_FL_ZERO_RANGE, and a larger largest file than ext4"}
 
 // cryptLimits: crypt's chunks hide holes, and an xattr value is stored
 // encrypted under an encrypted name, with a nonce and a tag: about 100 bytes
