@@ -3,7 +3,9 @@ package conformance
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"os"
+	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -29,6 +31,7 @@ var cases = []tcase{
 	{"inodes", inodes},
 	{"edges", edges},
 	{"more", more},
+	{"access", access},
 }
 
 func write(c *C, name string, data string) {
@@ -904,4 +907,40 @@ func more(c *C) {
 	if err == nil {
 		unix.Close(fd)
 	}
+}
+
+// access: exec, access(2) and open flags that depend on who asks.
+func access(c *C) {
+	write(c, "f", "x")
+	c.E("access X_OK 0644 as root", unix.Access(c.P("f"), unix.X_OK))
+	c.E("faccessat2 X_OK eaccess 0644", unix.Faccessat2(unix.AT_FDCWD, c.P("f"), unix.X_OK, unix.AT_EACCESS))
+	os.Chmod(c.P("f"), 0o666)
+	c.As(func() {
+		_, err := unix.Open(c.P("f"), unix.O_RDONLY|unix.O_NOATIME, 0)
+		c.E("O_NOATIME as non-owner", err)
+		fd, err := unix.Open(c.P("f"), unix.O_PATH, 0)
+		c.E("O_PATH", err)
+		if err == nil {
+			var st unix.Stat_t
+			c.E("fstat O_PATH", unix.Fstat(fd, &st))
+			unix.Close(fd)
+		}
+	})
+	// a script runs from the mount
+	c.E("write script", os.WriteFile(c.P("run.sh"), []byte("#!/bin/sh\necho ran $1\n"), 0o755))
+	os.Chmod(c.P("run.sh"), 0o755)
+	out, err := exec.Command(c.P("run.sh"), "here").CombinedOutput()
+	c.E("exec script", err)
+	c.V("exec output", "%q", out)
+	os.Chmod(c.P("run.sh"), 0o644)
+	_, err = exec.Command(c.P("run.sh")).CombinedOutput()
+	c.E("exec 0644 script", errors.Unwrap(err))
+	// odd names
+	for _, n := range []string{"\xff\xfe", "...", " ", "a b\tc", strings.Repeat("é", 127)} {
+		write(c, n, "odd")
+		read(c, n)
+	}
+	listing(c, c.dir)
+	_, err = os.Stat(c.P("f") + "/")
+	c.E("file with a trailing slash", err)
 }
