@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -36,6 +37,9 @@ type Options struct {
 	NoXattr bool
 	// FsName is shown as the source in /proc/mounts.
 	FsName string
+	// MountFlags are mount(8)'s generic options for the mount (see
+	// ParseMountFlags); without them a mount is nodev and nosuid.
+	MountFlags []string
 	// Debug logs every FUSE request.
 	Debug  bool
 	Logger *slog.Logger
@@ -91,6 +95,53 @@ func CheckMountpoint(mountpoint string, lowers []string) error {
 		}
 	}
 	return nil
+}
+
+// mountFlags are the generic options of mount(8) a cairn mount takes: each
+// sets or clears a flag of mount(2).
+var mountFlags = map[string]struct {
+	set   bool
+	flags uintptr
+}{
+	"ro": {true, syscall.MS_RDONLY}, "rw": {false, syscall.MS_RDONLY},
+	"nodev": {true, syscall.MS_NODEV}, "dev": {false, syscall.MS_NODEV},
+	"nosuid": {true, syscall.MS_NOSUID}, "suid": {false, syscall.MS_NOSUID},
+	"noexec": {true, syscall.MS_NOEXEC}, "exec": {false, syscall.MS_NOEXEC},
+	"sync": {true, syscall.MS_SYNCHRONOUS}, "async": {false, syscall.MS_SYNCHRONOUS},
+	"dirsync": {true, syscall.MS_DIRSYNC},
+	"noatime": {true, syscall.MS_NOATIME}, "atime": {false, syscall.MS_NOATIME},
+	"nodiratime": {true, syscall.MS_NODIRATIME}, "diratime": {false, syscall.MS_NODIRATIME},
+	"relatime": {true, syscall.MS_RELATIME}, "norelatime": {false, syscall.MS_RELATIME},
+	"strictatime": {true, syscall.MS_STRICTATIME},
+}
+
+// MountFlagNames are the options ParseMountFlags takes, sorted.
+func MountFlagNames() []string {
+	var n []string
+	for k := range mountFlags {
+		n = append(n, k)
+	}
+	sort.Strings(n)
+	return n
+}
+
+// ParseMountFlags turns mount(8)'s generic options into mount(2) flags,
+// from the FUSE default, nodev and nosuid; later options win. dev and suid
+// take effect for a mount made by root only (fusermount3 refuses them).
+func ParseMountFlags(opts []string) (uintptr, error) {
+	flags := uintptr(syscall.MS_NODEV | syscall.MS_NOSUID)
+	for _, o := range opts {
+		f, ok := mountFlags[o]
+		if !ok {
+			return 0, fmt.Errorf("unknown mount option %q (known: %s)", o, strings.Join(MountFlagNames(), ", "))
+		}
+		if f.set {
+			flags |= f.flags
+		} else {
+			flags &^= f.flags
+		}
+	}
+	return flags, nil
 }
 
 // Mount mounts top at mountpoint and returns once the mount is ready.
@@ -176,6 +227,20 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 	// unlink: each one invalidates the parent directory's attributes, and
 	// default_permissions makes the kernel fetch them again (GETATTR)
 	// before the next permission check.
+	flags, err := ParseMountFlags(o.MountFlags)
+	if err != nil {
+		return nil, err
+	}
+	// go-fuse takes 0 for "the default" (nodev, nosuid): dev,suid with
+	// nothing else set gets MS_SILENT, which changes nothing else.
+	if flags == 0 {
+		flags = syscall.MS_SILENT
+	}
+	mopts.DirectMountFlags = flags
+	if os.Geteuid() != 0 {
+		// fusermount3 takes them as words (and refuses dev and suid).
+		mopts.Options = append(mopts.Options, o.MountFlags...)
+	}
 	if o.AllowOther {
 		mopts.Options = append(mopts.Options, "default_permissions")
 	}

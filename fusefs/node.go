@@ -347,7 +347,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 // daemonCtx carries the daemon's own identity, for changes the file system
 // makes by itself.
 func daemonCtx(ctx context.Context) context.Context {
-	return layer.WithCaller(ctx, layer.Self())
+	return layer.AsSelf(ctx)
 }
 
 // killPrivs says whether a SETATTR asks the file system to drop set-id

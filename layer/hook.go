@@ -92,8 +92,12 @@ type Hooked struct {
 	files map[*hookedFile]struct{} // open, for renames
 }
 
-// run calls Before, the operation, and After.
+// run calls Before, the operation, and After; the stack's own operations
+// (AsSelf) go through without either.
 func (h *Hooked) run(ctx context.Context, op *Op, do func() error) error {
+	if IsSelf(ctx) {
+		return do()
+	}
 	op.Start = time.Now()
 	if err := h.Hook.Before(ctx, op); err != nil {
 		op.Err = err

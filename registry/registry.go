@@ -55,6 +55,12 @@ type Type struct {
 	Options              []Option
 	// Changes is what the type changes (for explain before building).
 	Changes layer.Changes
+	// Check, when not nil, checks what single options cannot: options
+	// that go together (a log file for a file output), or the options
+	// against the number of lowers. cairn check and cairn mount both call
+	// it, before anything is built, so that check refuses whatever New
+	// would; an *OptionError places the error at that option.
+	Check func(opts Values, lowers int) error
 	// New builds the layer over its lowers with validated options.
 	New func(lowers []layer.FS, opts Values) (layer.FS, error)
 	// Rules, when not nil, says that the type takes per-path [[rule]]
@@ -67,6 +73,16 @@ type Type struct {
 	// through the command line or the environment.
 	Secret func(opts Values) ([]byte, error)
 }
+
+// OptionError is an error of a Type's Check about one option (or a missing
+// one): cairn check reports it at that option's value (or at the layer).
+type OptionError struct {
+	Option string
+	Err    error
+}
+
+func (e *OptionError) Error() string { return fmt.Sprintf("option %q: %v", e.Option, e.Err) }
+func (e *OptionError) Unwrap() error { return e.Err }
 
 // RuleSpec describes the [[rule]] tables a layer type takes.
 type RuleSpec struct {

@@ -21,6 +21,7 @@ package spec
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -741,6 +742,20 @@ func (c *checker) graph(s *Spec, mountV *value) {
 				}
 			}
 			l.Values[registry.RulesKey] = rules
+		}
+	}
+	for _, name := range s.Order {
+		l := s.Layers[name]
+		if c.partial || l.Values == nil || l.t == nil || l.t.Check == nil {
+			continue
+		}
+		if err := l.t.Check(l.Values, len(l.Over)); err != nil {
+			pos := l.Pos
+			var oe *registry.OptionError
+			if errors.As(err, &oe) && l.OptPos[oe.Option].Line != 0 {
+				pos = l.OptPos[oe.Option]
+			}
+			c.errorf(pos, "layer %q (type %s): %v", l.Name, l.t.Name, err)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,5 +83,112 @@ func TestMountpointRefusals(t *testing.T) {
 	}
 	if out, code := cairn(t, "umount", mnt); code != 0 {
 		t.Fatalf("umount: exit %d: %s", code, out)
+	}
+}
+
+// TestMountDashO: -o takes mount(8)'s options: the kernel gets the
+// generic ones (ro is read-only, dev and suid lift FUSE's default nodev
+// and nosuid), fsname names the source, fstab's own are ignored, and an
+// unknown one is refused before anything is mounted.
+func TestMountDashO(t *testing.T) {
+	mounttest.Need(t)
+	mounttest.NeedRoot(t)
+	lower, mnt := t.TempDir(), t.TempDir()
+	spec := "null:" + lower
+	if out, code := cairn(t, "mount", "-o", "dev,suid,ro,noexec,noatime,fsname=mydata,noauto,x-systemd.automount,_netdev", spec, mnt); code != 0 {
+		t.Fatalf("mount: exit %d: %s", code, out)
+	}
+	t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
+	m, ok := mountAt(mnt)
+	if !ok || m.Type != cairnType || m.Source != "mydata" {
+		t.Errorf("mounted as %+v, want type %s and source mydata", m, cairnType)
+	}
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	var opts string
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 5 && f[4] == mnt {
+			opts = f[5]
+		}
+	}
+	for _, want := range []string{"ro", "noexec", "noatime"} {
+		if !strings.Contains(","+opts+",", ","+want+",") {
+			t.Errorf("mount options %q lack %s", opts, want)
+		}
+	}
+	for _, not := range []string{"nodev", "nosuid"} {
+		if strings.Contains(","+opts+",", ","+not+",") {
+			t.Errorf("mount options %q have %s after -o dev,suid", opts, not)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(mnt, "x"), nil, 0o644); !errorsIs(err, syscall.EROFS) {
+		t.Errorf("write on a ro mount: %v, want EROFS", err)
+	}
+	if out, code := cairn(t, "umount", mnt); code != 0 {
+		t.Fatalf("umount: exit %d: %s", code, out)
+	}
+	// The default is FUSE's: nodev, nosuid.
+	if out, code := cairn(t, "mount", spec, mnt); code != 0 {
+		t.Fatalf("mount: exit %d: %s", code, out)
+	}
+	b, _ = os.ReadFile("/proc/self/mountinfo")
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 5 && f[4] == mnt && !(strings.Contains(f[5], "nodev") && strings.Contains(f[5], "nosuid")) {
+			t.Errorf("default mount options %q, want nodev and nosuid", f[5])
+		}
+	}
+	cairn(t, "umount", mnt)
+	out, code := cairn(t, "mount", "-o", "rw,bogus", spec, mnt)
+	if code != 2 || !strings.Contains(out, `-o: unknown mount option "bogus"`) {
+		t.Errorf("mount -o bogus: exit %d, %q; want exit 2 and the unknown option named", code, out)
+	}
+}
+
+func errorsIs(err error, e syscall.Errno) bool { return errors.Is(err, e) }
+
+// TestMountDevSuid: -o dev,suid alone (no other flag set) lifts nodev and
+// nosuid too.
+func TestMountDevSuid(t *testing.T) {
+	mounttest.Need(t)
+	mounttest.NeedRoot(t)
+	lower, mnt := t.TempDir(), t.TempDir()
+	if out, code := cairn(t, "mount", "-o", "dev,suid", "null:"+lower, mnt); code != 0 {
+		t.Fatalf("mount: exit %d: %s", code, out)
+	}
+	t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
+	if err := syscall.Mknod(filepath.Join(mnt, "null"), syscall.S_IFCHR|0o666, 1<<8|3); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mnt, "null"), []byte("x"), 0); err != nil {
+		t.Errorf("writing to /dev/null's device made on a dev mount: %v", err)
+	}
+	cairn(t, "umount", mnt)
+}
+
+// TestAdvice: mistakes get messages that say what to do, from a background
+// mount too (the daemon's real error, not "exit status 1").
+func TestAdvice(t *testing.T) {
+	mounttest.Need(t)
+	lower, mnt := t.TempDir(), t.TempDir()
+	file := filepath.Join(t.TempDir(), "f")
+	os.WriteFile(file, nil, 0o644)
+	rel := t.TempDir()
+	os.Mkdir(filepath.Join(rel, "data"), 0o755)
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"mont"}, 2, `unknown command "mont"; did you mean "mount"?`},
+		{[]string{"mount", "-log-file", "/nonexistent-dir/x.log", "null:" + lower, mnt}, 4, "cannot open log file: open /nonexistent-dir/x.log: no such file or directory"},
+		{[]string{"mount", "null:" + lower, file}, 4, "mountpoint " + file + " is a file, not a directory; choose a directory"},
+		{[]string{"check", "zstd:null:" + rel + "/data"}, 3, `the layers of a chain are separated by "," (did you mean "zstd,null:` + rel + `/data"?)`},
+	} {
+		out, code := cairn(t, c.args...)
+		if code != c.code || !strings.Contains(out, c.want) {
+			t.Errorf("cairn %s: exit %d, %q; want exit %d and %q", strings.Join(c.args, " "), code, out, c.code, c.want)
+		}
+	}
+	if _, ok := mountAt(mnt); ok {
+		t.Error("a failed background mount left a mount")
 	}
 }

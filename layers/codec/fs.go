@@ -48,9 +48,8 @@ type FS struct {
 	// idle are states without handles, kept loaded (the most recent last)
 	// so that opening a file again costs no index load and no decoding.
 	idle []*state
-	// claimed is the lower root directory, locked (see Claim).
-	claimed layer.File
-	claimFd int // its descriptor that holds the lock
+	// release lets go of the lock on the lower directory (see Claim).
+	release func()
 }
 
 // maxIdle is the number of closed files whose state is kept.
@@ -72,11 +71,11 @@ func New(lower layer.FS, name string, o Options) (*FS, error) {
 	if o.ChunkSize == 0 {
 		o.ChunkSize = k.chunk()
 	}
-	if o.ChunkSize < 1<<minShift || o.ChunkSize > 1<<maxShift || o.ChunkSize&(o.ChunkSize-1) != 0 {
-		return nil, fmt.Errorf("chunk_size must be a power of two from 4KiB to 1MiB, found %d", o.ChunkSize)
+	if err := checkChunk(o.ChunkSize); err != nil {
+		return nil, fmt.Errorf("chunk_size %w", err)
 	}
-	if k.HasLevel && (o.Level < k.MinLevel || o.Level > k.MaxLevel) {
-		return nil, fmt.Errorf("level of %s must be from %d to %d, found %d", name, k.MinLevel, k.MaxLevel, o.Level)
+	if err := k.checkLevel(o.Level); err != nil {
+		return nil, fmt.Errorf("level %w", err)
 	}
 	c, err := k.New(o.Level)
 	if err != nil {
@@ -87,6 +86,22 @@ func New(lower layer.FS, name string, o Options) (*FS, error) {
 	}
 	return &FS{Base: layer.Base{Lower: lower}, kind: k, codec: c, shift: uint8(bits.TrailingZeros64(uint64(o.ChunkSize))),
 		fastTails: o.FastTails, compactMin: o.CompactMin, salt: o.salt, logger: o.Logger, states: map[layer.ID]*state{}}, nil
+}
+
+// checkChunk and checkLevel are the options' checks, for New and for
+// cairn check (registry.Option.Check) alike.
+func checkChunk(n int64) error {
+	if n < 1<<minShift || n > 1<<maxShift || n&(n-1) != 0 {
+		return fmt.Errorf("must be a power of two from 4KiB to 1MiB, found %d", n)
+	}
+	return nil
+}
+
+func (k *Kind) checkLevel(l int) error {
+	if k.HasLevel && (l < k.MinLevel || l > k.MaxLevel) {
+		return fmt.Errorf("must be from %d to %d for %s, found %d", k.MinLevel, k.MaxLevel, k.Name, l)
+	}
+	return nil
 }
 
 func (k *Kind) chunk() int64 {
@@ -101,13 +116,15 @@ func Register(k *Kind) {
 	addKind(k)
 	opts := []registry.Option{
 		{Name: "chunk_size", Kind: registry.Size, Default: k.chunk(),
-			Help: "size of the independently encoded chunks of new files: a power of two from 4KiB to 1MiB"},
+			Help:  "size of the independently encoded chunks of new files: a power of two from 4KiB to 1MiB",
+			Check: func(v any) error { n, _ := v.(int64); return checkChunk(n) }},
 		{Name: "fast_tails", Kind: registry.Bool, Default: true,
 			Help: "keep small appends unencoded until their chunk fills"},
 	}
 	if k.HasLevel {
 		opts = append(opts, registry.Option{Name: "level", Kind: registry.Int, Default: int64(k.DefaultLevel),
-			Help: fmt.Sprintf("compression level, %d to %d", k.MinLevel, k.MaxLevel)})
+			Help:  fmt.Sprintf("compression level, %d to %d", k.MinLevel, k.MaxLevel),
+			Check: func(v any) error { n, _ := v.(int64); return k.checkLevel(int(n)) }})
 	}
 	name := k.Name
 	registry.Register(registry.Type{
@@ -294,15 +311,14 @@ func (fs *FS) Close() error {
 		st.idle, st.removed = false, true
 		delete(fs.states, st.ino)
 	}
-	claimed := fs.claimed
-	fs.claimed = nil
+	release := fs.release
+	fs.release = nil
 	fs.mu.Unlock()
 	for _, st := range idle {
 		st.lower.Release(context.Background())
 	}
-	if claimed != nil {
-		unix.Close(fs.claimFd)
-		claimed.Release(context.Background()) // the lock goes with it
+	if release != nil {
+		release()
 	}
 	return nil
 }

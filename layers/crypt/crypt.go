@@ -46,6 +46,41 @@ type FS struct {
 
 	xmu    sync.Mutex
 	xnames map[string]string // xattr name -> lower name (a few: ACLs, user.*)
+
+	release func() // lets go of the claim on the lower (see Claim)
+}
+
+// Claim locks the lower directory for as long as the layer is open
+// (layer.Claimer): the layer keeps names, sizes and journals in memory, so
+// a second mount of the same volume, which would corrupt it, is refused
+// with a *layer.InUseError.
+func (fs *FS) Claim(ctx context.Context) error {
+	fs.mu.Lock()
+	claimed := fs.release != nil
+	fs.mu.Unlock()
+	if claimed {
+		return nil
+	}
+	release, err := layer.LockLower(ctx, fs.Lower, "crypt")
+	if err != nil {
+		return err
+	}
+	fs.mu.Lock()
+	fs.release = release
+	fs.mu.Unlock()
+	return nil
+}
+
+// Close lets go of the claim.
+func (fs *FS) Close() error {
+	fs.mu.Lock()
+	release := fs.release
+	fs.release = nil
+	fs.mu.Unlock()
+	if release != nil {
+		release()
+	}
+	return nil
 }
 
 var _ layer.FS = (*FS)(nil)

@@ -87,7 +87,7 @@ func (fs *FS) unref(ctx context.Context, s *fileState) {
 		if s.jf != nil {
 			s.jf.Release(ctx)
 			s.jf = nil
-			fs.Lower.Unlink(layer.WithCaller(ctx, layer.Self()), fs.journalPath(s.ino))
+			fs.Lower.Unlink(layer.AsSelf(ctx), fs.journalPath(s.ino))
 		}
 	}
 }

@@ -101,7 +101,7 @@ func (f *file) writeJournal(ctx context.Context, id []byte, lowerSize int64, rec
 	}
 	// The journal is the layer's own file, made as the daemon: the caller
 	// may be any user who can write the file.
-	ctx = layer.WithCaller(ctx, layer.Self())
+	ctx = layer.AsSelf(ctx)
 	if st.jf == nil {
 		p := f.fs.journalPath(st.ino)
 		jf, _, err := f.fs.Lower.Create(ctx, p, syscall.O_RDWR|syscall.O_TRUNC, 0o600)
@@ -198,7 +198,7 @@ func parseJournal(b []byte) (seq uint64, id []byte, lowerSize int64, recs []jrec
 // lower path is lp (the caller holds st.mu), then removes it.
 func (f *file) recoverJournal(ctx context.Context, lp string) error {
 	// The journal is the layer's own file, not the caller's.
-	ctx = layer.WithCaller(ctx, layer.Self())
+	ctx = layer.AsSelf(ctx)
 	fs, c, st := f.fs, f.fs.c, f.st
 	p := fs.journalPath(st.ino)
 	defer func() {

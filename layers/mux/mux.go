@@ -7,11 +7,13 @@ package mux
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"cairn/layer"
+	"cairn/layer/fanout"
 	"cairn/registry"
 )
 
@@ -48,6 +50,20 @@ func init() {
 		Changes: layer.ChangesPlacement,
 		Options: []registry.Option{
 			{Name: "names", Kind: registry.List, Help: "directory names for the lowers, in order (default 0, 1, ...)"},
+		},
+		Check: func(o registry.Values, lowers int) error {
+			names := o.List("names")
+			if len(names) != 0 && len(names) != lowers {
+				return &registry.OptionError{Option: "names", Err: fmt.Errorf("%d names for %d lowers: give one name for each layer of over, in order", len(names), lowers)}
+			}
+			seen := map[string]bool{}
+			for _, n := range names {
+				if n == "" || n == "." || n == ".." || strings.Contains(n, "/") || seen[n] {
+					return &registry.OptionError{Option: "names", Err: fmt.Errorf("%q cannot name a lower: names are distinct, non-empty, and hold no /", n)}
+				}
+				seen[n] = true
+			}
+			return nil
 		},
 		New: func(l []layer.FS, o registry.Values) (layer.FS, error) { return New(l, o.List("names")) },
 	})
@@ -321,7 +337,8 @@ func (m *FS) Removexattr(ctx context.Context, path, name string) error {
 	return l.Removexattr(ctx, p, name)
 }
 
-// Statfs of the root is the first lower's; below, each lower answers.
+// Statfs of the root sums the lowers' (fanout.Statfs); below, each lower
+// answers.
 func (m *FS) Statfs(ctx context.Context, path string) (layer.Statfs, error) {
 	if path != "" {
 		l, p, err := m.route(path)
@@ -330,12 +347,13 @@ func (m *FS) Statfs(ctx context.Context, path string) (layer.Statfs, error) {
 		}
 		return l.Statfs(ctx, p)
 	}
-	return m.lowers[0].Statfs(ctx, "")
+	return fanout.Statfs(ctx, m.lowers)
 }
 
+// SyncDir of the root syncs every lower's root.
 func (m *FS) SyncDir(ctx context.Context, path string) error {
 	if path == "" {
-		return nil
+		return fanout.All(fanout.Each(len(m.lowers), true, func(i int) error { return m.lowers[i].SyncDir(ctx, "") }))
 	}
 	l, p, err := m.route(path)
 	if err != nil {

@@ -1,9 +1,68 @@
 package snoop
 
 import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
 	"cairn/layer"
+	"cairn/pathmatch"
 	"cairn/registry"
+	"cairn/spec"
 )
+
+// The options' checks, which cairn check runs too: everything New would
+// refuse, refused before anything is built.
+
+func checkOps(v any) error {
+	for _, op := range v.([]string) {
+		if !known(op) {
+			return fmt.Errorf("unknown operation %q%s (known: %s)", op, spec.DidYouMean(op, layer.OpNames), strings.Join(layer.OpNames, ", "))
+		}
+	}
+	return nil
+}
+
+func checkPaths(v any) error {
+	_, err := pathmatch.NewSet(v.([]string), nil)
+	return err
+}
+
+func checkUids(v any) error {
+	for _, u := range v.([]string) {
+		if _, err := parseUid(u); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkLog refuses a log file that cannot be written: its directory must
+// exist and be writable (the file is created at mount).
+func checkLog(v any) error {
+	p := v.(string)
+	if fi, err := os.Stat(p); err == nil {
+		if fi.IsDir() {
+			return fmt.Errorf("%s is a directory; name a file in it", p)
+		}
+		if unix.Access(p, unix.W_OK) != nil {
+			return fmt.Errorf("%s cannot be written (check its permissions)", p)
+		}
+		return nil
+	}
+	dir := filepath.Dir(p)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("directory %s does not exist (create it first: mkdir -p %s)", dir, dir)
+	}
+	if unix.Access(dir, unix.W_OK) != nil {
+		return fmt.Errorf("%s cannot be created: directory %s is not writable", p, dir)
+	}
+	return nil
+}
 
 func init() {
 	registry.Register(registry.Type{
@@ -11,16 +70,22 @@ func init() {
 		Summary:   "logs every operation as a JSON line: who touched what (Snoopfs)",
 		MinLowers: 1, MaxLowers: 1,
 		Options: []registry.Option{
-			{Name: "log", Kind: registry.Path, Help: "the log file, JSON lines (reopened on SIGHUP, for rotation)"},
+			{Name: "log", Kind: registry.Path, Help: "the log file, JSON lines (reopened on SIGHUP, for rotation)", Check: checkLog},
 			{Name: "output", Kind: registry.String, Allowed: []string{"file", "stdout", "syslog"},
 				Help: "where records go: file (the log option; the default), stdout (with cairn mount -f) or syslog"},
-			{Name: "ops", Kind: registry.List, Help: "log only these operations (open, read, rename, ...; default all)"},
-			{Name: "paths", Kind: registry.List, Help: "log only paths matching one of these patterns (default all)"},
-			{Name: "uids", Kind: registry.List, Help: "log only these users, by number or name (default all)"},
+			{Name: "ops", Kind: registry.List, Help: "log only these operations (open, read, rename, ...; default all)", Check: checkOps},
+			{Name: "paths", Kind: registry.List, Help: "log only paths matching one of these patterns (default all)", Check: checkPaths},
+			{Name: "uids", Kind: registry.List, Help: "log only these users, by number or name (default all)", Check: checkUids},
 			{Name: "io", Kind: registry.Bool, Default: false,
 				Help: "log every read and write: turns kernel passthrough off for the files under this layer"},
 			{Name: "queue", Kind: registry.Int, Default: int64(8192),
 				Help: "records that may wait for a slow log; beyond that they are dropped, and counted in the log"},
+		},
+		Check: func(o registry.Values, _ int) error {
+			if out := o.String("output"); (out == "" || out == "file") && o.String("log") == "" {
+				return &registry.OptionError{Option: "log", Err: errors.New(`a log file is needed: add log = "/var/log/cairn-snoop.json" (or output = "syslog")`)}
+			}
+			return nil
 		},
 		New: func(l []layer.FS, o registry.Values) (layer.FS, error) {
 			return New(l[0], Options{
