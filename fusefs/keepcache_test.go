@@ -38,7 +38,12 @@ func (f *keepFile) ReadAt(ctx context.Context, p []byte, off int64) (int, error)
 	return f.Lower.ReadAt(ctx, p, off)
 }
 func (f *keepFile) PassthroughFd() (int, bool) { return -1, false }
-func (f *keepFile) KeepCache() bool            { return f.d.keep }
+func (f *keepFile) Caps() layer.Caps {
+	if f.d.keep {
+		return layer.CapKeepCache
+	}
+	return 0
+}
 
 // TestKeepCache: a file that says KeepCache is read through the stack once
 // for several opens; one that does not, after every open.

@@ -154,7 +154,7 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 	}
 	st := &state{
 		top:         top,
-		passthrough: !o.NoPassthrough && layer.StackChanges(top)&layer.ChangesData == 0,
+		passthrough: !o.NoPassthrough,
 		acl:         o.AllowOther,
 		log:         o.Logger,
 	}
@@ -265,7 +265,9 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		srv.Unmount()
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
-	return &Server{Server: srv, Mountpoint: mountpoint, Passthrough: st.passthrough}, nil
+	// Passthrough, as logged: whether files of this stack can be passed
+	// through at all (each file's Caps decide).
+	return &Server{Server: srv, Mountpoint: mountpoint, Passthrough: st.passthrough && layer.StackChanges(top)&layer.ChangesData == 0}, nil
 }
 
 // rawFS hands the node methods what go-fuse's node API leaves out of a

@@ -23,7 +23,7 @@ import (
 // state is shared by all nodes of one mount.
 type state struct {
 	top         layer.FS
-	passthrough bool // every layer leaves data unchanged
+	passthrough bool // files may be passed through (not NoPassthrough); each file's Caps decide
 	acl         bool // the kernel handles POSIX ACLs (allow_other mounts)
 	log         *slog.Logger
 	root        *node
@@ -398,13 +398,24 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	return n.st.newFile(ctx, lf, p, &n.Inode, flags), n.st.openFlags(lf), 0
 }
 
-// openFlags keeps the kernel's page cache across opens of a file that says
-// it may (see layer.CacheKeeper).
+// openFlags acts on the open file's capabilities (layer.Caps): a file
+// that is not passed through keeps the kernel's page cache across opens
+// when it says it may, and a file that asks for direct I/O gets it.
 func (st *state) openFlags(f layer.File) uint32 {
-	if k, ok := f.(layer.CacheKeeper); ok && !st.passthrough && k.KeepCache() {
-		return fuse.FOPEN_KEEP_CACHE
+	c := f.Caps()
+	var flags uint32
+	if c&layer.CapKeepCache != 0 && !st.passes(c) {
+		flags |= fuse.FOPEN_KEEP_CACHE
 	}
-	return 0
+	if c&layer.CapDirectIO != 0 {
+		flags |= fuse.FOPEN_DIRECT_IO
+	}
+	return flags
+}
+
+// passes reports whether a file with caps c is handed to the kernel.
+func (st *state) passes(c layer.Caps) bool {
+	return st.passthrough && c&layer.CapPassthrough != 0 && c&layer.CapDirectIO == 0
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {

@@ -116,3 +116,4 @@ func (f *BaseFile) Setlk(ctx context.Context, owner uint64, lk *Lock, flags uint
 	return f.Lower.Setlk(ctx, owner, lk, flags, wait)
 }
 func (f *BaseFile) PassthroughFd() (int, bool) { return f.Lower.PassthroughFd() }
+func (f *BaseFile) Caps() Caps                 { return f.Lower.Caps() }

@@ -134,6 +134,16 @@ func (h *Hooked) ReadDir(ctx context.Context, path string, plus bool) (ents []Di
 	return
 }
 
+// OpenDir streams the lower's listing; the hook sees one readdir, when the
+// directory is opened (its Bytes are not known then: 0).
+func (h *Hooked) OpenDir(ctx context.Context, path string) (d Dir, err error) {
+	err = h.run(ctx, &Op{Name: "readdir", Path: path}, func() (err error) {
+		d, err = OpenDir(ctx, h.Lower, path)
+		return
+	})
+	return
+}
+
 func (h *Hooked) Open(ctx context.Context, path string, flags int) (f File, err error) {
 	err = h.run(ctx, &Op{Name: "open", Path: path, Flags: flags}, func() (err error) {
 		f, err = h.Lower.Open(ctx, path, flags)
@@ -414,4 +424,14 @@ func (f *hookedFile) PassthroughFd() (int, bool) {
 		return -1, false
 	}
 	return f.Lower.PassthroughFd()
+}
+
+// Caps forwards the lower file's, without passthrough when the hook must
+// see every read and write (NoPassthrough).
+func (f *hookedFile) Caps() Caps {
+	c := f.Lower.Caps()
+	if f.h.NoPassthrough {
+		c &^= CapPassthrough
+	}
+	return c
 }

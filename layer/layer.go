@@ -101,22 +101,36 @@ type File interface {
 	// PassthroughFd returns a new descriptor of the lower file whose bytes
 	// are exactly this file's bytes, so the kernel may do the I/O itself;
 	// the caller closes it (it shares the file's open file description,
-	// which it keeps alive, locks included, while open). A layer that
-	// changes data must return false (the frontend also refuses passthrough
-	// when any layer of the stack declares ChangesData).
+	// which it keeps alive, locks included, while open). Only a file whose
+	// Caps has CapPassthrough is asked.
 	PassthroughFd() (int, bool)
+
+	// Caps says what the kernel may do with this open file (see Caps). A
+	// wrapper forwards its lower file's (BaseFile does) and takes away what
+	// it changes: a layer that changes a file's bytes never says
+	// CapPassthrough, whatever its lower file says.
+	Caps() Caps
 }
 
-// CacheKeeper is an optional interface of File. A file whose KeepCache
-// says true changes only through this stack (its layer keeps the state it
-// needs, such as the sizes and names a crypt layer caches, on that
-// assumption): when its data is not passed through, the frontend lets the
-// kernel keep the file's cached pages from one open to the next instead of
-// reading them again through the stack after every open. Changes made
-// through the mount keep the kernel's cache right by themselves.
-type CacheKeeper interface {
-	KeepCache() bool
-}
+// Caps are what the kernel may do with one open file, decided per file:
+// the frontend acts on them at open, so one stack can pass some files
+// through and transform others.
+type Caps uint8
+
+const (
+	// CapPassthrough: the file's bytes are exactly those of the descriptor
+	// PassthroughFd gives; the kernel may read and write it itself.
+	CapPassthrough Caps = 1 << iota
+	// CapKeepCache: the file changes only through this stack (its layer
+	// keeps state on that assumption, such as the sizes and names a crypt
+	// layer caches): when it is not passed through, the kernel may keep its
+	// cached pages from one open to the next instead of reading them again
+	// through the stack after every open. Changes made through the mount
+	// keep the kernel's cache right by themselves.
+	CapKeepCache
+	// CapDirectIO: every read and write must reach the layer (no page cache).
+	CapDirectIO
+)
 
 // Changes says what a layer changes on its way down. The frontend uses it to
 // decide when kernel passthrough and caching are safe; `cairn explain`
@@ -328,3 +342,5 @@ func Errno(err error) syscall.Errno {
 	}
 	return syscall.EIO
 }
+
+var errInvalidSeek = syscall.EINVAL

@@ -23,7 +23,7 @@ func TestCheckRefusesWhatMountRefuses(t *testing.T) {
 		{"snoop(ops=opne,log=/tmp/x.log):" + lower, "inline:1:11", `option "ops": unknown operation "opne"; did you mean "open"?`},
 		{"snoop:" + lower, "inline:1:1", `option "log": a log file is needed`},
 		{"snoop(log=/nonexistent-dir/x.log):" + lower, "inline:1:11", `option "log": directory /nonexistent-dir does not exist`},
-		{"snoop(uids=no-such-user-here,log=/tmp/x.log):" + lower, "inline:1:12", `option "uids": "no-such-user-here" is neither a uid nor a user name`},
+		{"snoop(uids=no-such-user-here,log=/tmp/x.log):" + lower, "inline:1:12", `option "uids": "no-such-user-here" is neither a number nor a known name`},
 	}
 	mux := filepath.Join(t.TempDir(), "mux.toml")
 	os.WriteFile(mux, []byte("mount = \"m\"\n[layer.a]\ntype = \"local\"\npath = \""+lower+"\"\n[layer.b]\ntype = \"local\"\npath = \""+t.TempDir()+"\"\n[layer.m]\ntype = \"mux\"\nover = [\"a\", \"b\"]\nnames = [\"x\"]\n"), 0o644)

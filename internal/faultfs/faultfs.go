@@ -334,3 +334,4 @@ func (f *File) CopyFileRange(ctx context.Context, offIn int64, dst layer.File, o
 
 // PassthroughFd: the kernel must not bypass the faults.
 func (f *File) PassthroughFd() (int, bool) { return -1, false }
+func (f *File) Caps() layer.Caps           { return 0 }

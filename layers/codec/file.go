@@ -267,3 +267,6 @@ func (f *File) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, flags ui
 
 // PassthroughFd: the lower bytes are not the file's bytes.
 func (f *File) PassthroughFd() (int, bool) { return -1, false }
+
+// Caps: the bytes are encoded below; the kernel reads through the layer.
+func (f *File) Caps() layer.Caps { return 0 }

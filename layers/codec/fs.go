@@ -417,18 +417,29 @@ func (fs *FS) Getattr(ctx context.Context, path string) (layer.Attr, error) {
 }
 
 func (fs *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirEntry, error) {
-	ents, err := fs.Lower.ReadDir(ctx, path, plus)
+	d, err := fs.OpenDir(ctx, path)
 	if err != nil {
 		return nil, err
 	}
-	for i := range ents {
-		if a := ents[i].Attr; a != nil && a.IsRegular() {
-			if err := fs.logicalSize(ctx, layer.Join(path, ents[i].Name), a); err != nil {
-				ents[i].Attr = nil // the kernel will ask with a lookup
+	defer d.Close()
+	return layer.ReadDirAll(ctx, d, plus)
+}
+
+// OpenDir streams the lower's listing with the files' logical sizes
+// (layer.DirOpener).
+func (fs *FS) OpenDir(ctx context.Context, path string) (layer.Dir, error) {
+	ld, err := layer.OpenDir(ctx, fs.Lower, path)
+	if err != nil {
+		return nil, err
+	}
+	return layer.MapDir(ld, func(ctx context.Context, e *layer.DirEntry) (bool, error) {
+		if a := e.Attr; a != nil && a.IsRegular() {
+			if err := fs.logicalSize(ctx, layer.Join(path, e.Name), a); err != nil {
+				e.Attr = nil // the kernel will ask with a lookup
 			}
 		}
-	}
-	return ents, nil
+		return true, nil
+	}), nil
 }
 
 func (fs *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (layer.Attr, error) {

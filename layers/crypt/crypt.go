@@ -470,36 +470,45 @@ func (fs *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (laye
 // --- directories ---
 
 func (fs *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirEntry, error) {
+	d, err := fs.OpenDir(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return layer.ReadDirAll(ctx, d, plus)
+}
+
+// OpenDir streams path's listing (layer.DirOpener), decrypting names as
+// they come; the cookies are the lower's.
+func (fs *FS) OpenDir(ctx context.Context, path string) (layer.Dir, error) {
 	d, err := fs.dir(ctx, path)
 	if err != nil {
 		return nil, err
 	}
-	ents, err := fs.Lower.ReadDir(ctx, d.lower, plus)
+	ld, err := layer.OpenDir(ctx, fs.Lower, d.lower)
 	if err != nil {
 		return nil, err
 	}
-	out := ents[:0]
-	for _, e := range ents {
+	return layer.MapDir(ld, func(ctx context.Context, e *layer.DirEntry) (bool, error) {
 		if isOwn(e.Name) {
-			continue
+			return false, nil
 		}
 		name, err := fs.decName(ctx, path, d, e.Name)
 		if IsCorrupt(err) {
 			// One damaged or planted name must not hide the rest.
 			fs.logBadName(layer.Join(d.lower, e.Name), err)
-			continue
+			return false, nil
 		}
 		if err != nil {
-			return nil, err
+			return false, err
 		}
 		if e.Attr != nil {
 			fs.fixAttr(e.Attr)
 			fs.fixLink(ctx, layer.Join(d.lower, e.Name), e.Attr)
 		}
 		e.Name = name
-		out = append(out, e)
-	}
-	return out, nil
+		return true, nil
+	}), nil
 }
 
 // logBadName says once per lower path that a name was left out of a

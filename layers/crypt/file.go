@@ -1218,9 +1218,10 @@ func (f *file) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, flags ui
 	return f.lower.Setlk(ctx, owner, lk, flags, wait)
 }
 
-// KeepCache: the layer assumes it is the only writer of its lower
-// directory (docs/crypt.md), so the kernel's cached plaintext stays right.
-func (f *file) KeepCache() bool { return true }
+// Caps: keep-cache, as the layer assumes it is the only writer of its
+// lower directory (docs/crypt.md), so the kernel's cached plaintext stays
+// right; never passthrough (the lower bytes are ciphertext).
+func (f *file) Caps() layer.Caps { return layer.CapKeepCache }
 
 // PassthroughFd: the lower bytes are ciphertext.
 func (f *file) PassthroughFd() (int, bool) { return -1, false }

@@ -273,6 +273,10 @@ func fromFlock(fl *unix.Flock_t) layer.Lock {
 // PassthroughFd returns a new descriptor of the file (a dup, sharing the
 // open file description), the caller's to close; the file's own may be
 // closed and reopened meanwhile (see fdCache).
+// Caps: the file's bytes are the lower's (passthrough); the directory may
+// change behind the mount, so the kernel does not keep its cache.
+func (f *File) Caps() layer.Caps { return layer.CapPassthrough }
+
 func (f *File) PassthroughFd() (int, bool) {
 	d := -1
 	err := f.with(func(fd int) (err error) {

@@ -125,12 +125,6 @@ func (f *file) Setattr(ctx context.Context, in *layer.SetAttr) (layer.Attr, erro
 	return a, err
 }
 
-// KeepCache forwards the lower file's (see layer.CacheKeeper).
-func (f *file) KeepCache() bool {
-	k, ok := f.Lower.(layer.CacheKeeper)
-	return ok && k.KeepCache()
-}
-
 func (m *FS) file(path string, f layer.File) layer.File {
 	i, _, _ := m.index(path)
 	return &file{BaseFile: layer.BaseFile{Lower: f}, i: i, n: len(m.lowers)}
@@ -172,17 +166,34 @@ func (m *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirEn
 		}
 		return out, nil
 	}
+	d, err := m.OpenDir(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return layer.ReadDirAll(ctx, d, plus)
+}
+
+// OpenDir streams a lower's listing, tagged with its branch; the root's
+// (the lowers' names) is listed whole.
+func (m *FS) OpenDir(ctx context.Context, path string) (layer.Dir, error) {
+	if path == "" {
+		return layer.ListedDir(m, ""), nil
+	}
 	i, p, err := m.index(path)
 	if err != nil {
 		return nil, err
 	}
-	ents, err := m.lowers[i].ReadDir(ctx, p, plus)
-	for _, e := range ents {
+	ld, err := layer.OpenDir(ctx, m.lowers[i], p)
+	if err != nil {
+		return nil, err
+	}
+	return layer.MapDir(ld, func(_ context.Context, e *layer.DirEntry) (bool, error) {
 		if e.Attr != nil {
 			layer.TagBranch(e.Attr, i, len(m.lowers))
 		}
-	}
-	return ents, err
+		return true, nil
+	}), nil
 }
 
 func (m *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (layer.Attr, error) {

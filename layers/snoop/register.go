@@ -32,15 +32,6 @@ func checkPaths(v any) error {
 	return err
 }
 
-func checkUids(v any) error {
-	for _, u := range v.([]string) {
-		if _, err := parseUid(u); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // checkLog refuses a log file that cannot be written: its directory must
 // exist and be writable (the file is created at mount).
 func checkLog(v any) error {
@@ -75,7 +66,7 @@ func init() {
 				Help: "where records go: file (the log option; the default), stdout (with cairn mount -f) or syslog"},
 			{Name: "ops", Kind: registry.List, Help: "log only these operations (open, read, rename, ...; default all)", Check: checkOps},
 			{Name: "paths", Kind: registry.List, Help: "log only paths matching one of these patterns (default all)", Check: checkPaths},
-			{Name: "uids", Kind: registry.List, Help: "log only these users, by number or name (default all)", Check: checkUids},
+			{Name: "uids", Kind: registry.List, Help: "log only these users, by number or name (default all)", Check: registry.Each(registry.UserID)},
 			{Name: "io", Kind: registry.Bool, Default: false,
 				Help: "log every read and write: turns kernel passthrough off for the files under this layer"},
 			{Name: "queue", Kind: registry.Int, Default: int64(8192),
