@@ -249,7 +249,7 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		EntryTimeout:    timeout(o.EntryTimeout, DefaultEntryTimeout),
 		AttrTimeout:     timeout(o.AttrTimeout, DefaultAttrTimeout),
 		NegativeTimeout: timeout(o.NegativeTimeout, DefaultNegativeTimeout),
-		RootStableAttr:  &fs.StableAttr{Mode: syscall.S_IFDIR, Ino: rootIno},
+		RootStableAttr:  &fs.StableAttr{Mode: syscall.S_IFDIR, Ino: rootIno, Gen: st.root.id.Gen},
 		// Report the lower's permission bits exactly: without this, go-fuse
 		// turns mode 0000 into 0644 (0755 for directories), and the kernel
 		// then lets every user read a file nobody may read.

@@ -220,7 +220,7 @@ func (n *node) newChild(ctx context.Context, a *layer.Attr, out *fuse.EntryOut) 
 	id := a.ID()
 	ino := n.st.inos.ino(id)
 	out.Attr.Ino = ino
-	return n.NewInode(ctx, &node{st: n.st, id: id}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: ino})
+	return n.NewInode(ctx, &node{st: n.st, id: id}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: ino, Gen: id.Gen})
 }
 
 // OnForget: the kernel has forgotten the node.

@@ -206,11 +206,15 @@ type Time = unix.Timespec
 // lower file system's device and inode numbers (local sets them from stat),
 // and Branch tells apart the lowers of fan-out layers, which may hold equal
 // (Dev, Ino) pairs. Layers that change nothing else carry the three as they
-// come. The frontend makes the st_ino an application sees from them.
+// come. The frontend makes the st_ino an application sees from them. Gen
+// tells apart two objects that had the same (Dev, Ino) one after the other
+// (the lower reused a freed inode number): local sets it from the file's
+// birth time where the lower records one (0 where it does not).
 type Attr struct {
 	Ino     uint64
 	Dev     uint64
 	Branch  uint64 // see TagBranch; 0 below every fan-out layer
+	Gen     uint64 // the generation of Ino (see above)
 	Size    uint64
 	Blocks  uint64 // 512-byte blocks
 	Atime   Time
@@ -234,12 +238,30 @@ func AttrFromStat(st *unix.Stat_t) Attr {
 	}
 }
 
+// AttrFromStatx converts a statx(2) result; the birth time, where the
+// lower gives one, is the generation (Attr.Gen).
+func AttrFromStatx(st *unix.Statx_t) Attr {
+	ts := func(t unix.StatxTimestamp) Time { return Time{Sec: t.Sec, Nsec: int64(t.Nsec)} }
+	a := Attr{
+		Ino: st.Ino, Dev: unix.Mkdev(st.Dev_major, st.Dev_minor), Size: st.Size, Blocks: st.Blocks,
+		Atime: ts(st.Atime), Mtime: ts(st.Mtime), Ctime: ts(st.Ctime),
+		Mode: uint32(st.Mode), Nlink: st.Nlink, Uid: st.Uid, Gid: st.Gid,
+		Rdev: unix.Mkdev(st.Rdev_major, st.Rdev_minor), Blksize: st.Blksize,
+	}
+	if st.Mask&unix.STATX_BTIME != 0 {
+		a.Gen = uint64(st.Btime.Sec)*1e9 + uint64(st.Btime.Nsec)
+	}
+	return a
+}
+
 // ID names one object of a stack: equal IDs are the same object (hard
 // links share one), different IDs are different objects while both exist.
-type ID struct{ Dev, Branch, Ino uint64 }
+// Gen is the generation: an object made after another one's inode number
+// was freed and reused has another ID (where the lower tells them apart).
+type ID struct{ Dev, Branch, Ino, Gen uint64 }
 
 // ID is the object's identity.
-func (a *Attr) ID() ID { return ID{Dev: a.Dev, Branch: a.Branch, Ino: a.Ino} }
+func (a *Attr) ID() ID { return ID{Dev: a.Dev, Branch: a.Branch, Ino: a.Ino, Gen: a.Gen} }
 
 // TagBranch marks a as coming through lower i of a fan-out layer with n
 // lowers, so that objects of different lowers never share an ID, even when

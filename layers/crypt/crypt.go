@@ -40,7 +40,8 @@ type FS struct {
 
 	mu        sync.Mutex
 	files     map[layer.ID]*fileState // open files, by lower identity (device, branch, inode)
-	pending   map[uint64]bool         // journals left by a crash (journal.go), by inode
+	pending   map[string]bool         // journals left by a crash (journal.go), by path
+	root      layer.ID                // the lower root's identity: its device and branch name journals
 	noJournal bool
 
 	xmu    sync.Mutex
@@ -137,6 +138,9 @@ func New(lower layer.FS, cfg *Config, master []byte, o Options) (*FS, error) {
 		cache: newNameCache(o.CacheDirs, o.CacheNames), rand: o.Rand, log: o.Logger, badNames: map[string]bool{},
 		files: map[layer.ID]*fileState{}, xnames: map[string]string{},
 		noJournal: o.NoJournal,
+	}
+	if a, err := lower.Getattr(context.Background(), ""); err == nil {
+		fs.root = a.ID()
 	}
 	fs.loadPending(context.Background())
 	return fs, nil

@@ -87,7 +87,7 @@ func (fs *FS) unref(ctx context.Context, s *fileState) {
 		if s.jf != nil {
 			s.jf.Release(ctx)
 			s.jf = nil
-			fs.Lower.Unlink(layer.AsSelf(ctx), journalPath(s.ino.Ino))
+			fs.Lower.Unlink(layer.AsSelf(ctx), fs.journalPath(s.ino))
 		}
 	}
 }
@@ -149,7 +149,7 @@ func (fs *FS) newFile(ctx context.Context, path, lp string, lf layer.File, a *la
 		}
 	}
 	f := &file{fs: fs, lower: lf, st: fs.state(a.ID()), path: path, append: flags&unix.O_APPEND != 0}
-	if a.IsRegular() && fs.pendingJournal(a.Ino) {
+	if a.IsRegular() && fs.pendingJournal(a.ID()) {
 		f.st.mu.Lock()
 		err := f.recoverJournal(ctx, lp)
 		f.st.mu.Unlock()

@@ -103,11 +103,11 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (done int, err 
 
 func (f *File) Getattr(ctx context.Context) (a layer.Attr, err error) {
 	err = f.with(func(fd int) error {
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
+		var st unix.Statx_t
+		if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, statxMask, &st); err != nil {
 			return err
 		}
-		a = layer.AttrFromStat(&st)
+		a = layer.AttrFromStatx(&st)
 		return nil
 	})
 	return a, err

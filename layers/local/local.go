@@ -138,12 +138,17 @@ func (fs *FS) openIn(path string, flags int, mode uint32) (fd int, err error) {
 	return fd, err
 }
 
+// statxMask asks for stat's attributes and the birth time, the generation
+// (layer.Attr.Gen): a file made after another's inode number was freed and
+// reused gets another identity.
+const statxMask = unix.STATX_BASIC_STATS | unix.STATX_BTIME
+
 func (fs *FS) lstatAt(dirfd int, name string) (layer.Attr, error) {
-	var st unix.Stat_t
-	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	var st unix.Statx_t
+	if err := unix.Statx(dirfd, name, unix.AT_SYMLINK_NOFOLLOW, statxMask, &st); err != nil {
 		return layer.Attr{}, err
 	}
-	return layer.AttrFromStat(&st), nil
+	return layer.AttrFromStatx(&st), nil
 }
 
 func (fs *FS) Getattr(ctx context.Context, path string) (a layer.Attr, err error) {
