@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"io"
 	"sync/atomic"
 	"syscall"
 
@@ -55,7 +56,7 @@ func (st *state) newFile(ctx context.Context, f layer.File, path string, ino *fs
 // release), and the daemon holds no descriptor for a passed-through file
 // that it does not use otherwise.
 func (f *file) PassthroughFd() (int, bool) {
-	if c := f.f.Caps(); !f.st.passes(c) || c&layer.CapDirectIO != 0 {
+	if !f.st.passes(f.f.Caps()) {
 		return -1, false
 	}
 	fd, ok := f.f.PassthroughFd()
@@ -160,16 +161,15 @@ func (f *file) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, sy
 	return uint64(o), 0
 }
 
-// dir is an open directory. The listing is read on the first readdir and
-// again after a rewind; offsets are positions in it, after "." and ".."
-// (positions 0 and 1).
+// dir is an open directory: the stack's listing as a stream (layer.Dir),
+// after "." and "..". Offsets given to the kernel: 1 after ".", 2 after
+// "..", then each entry's cookie plus 2, which Seekdir takes back.
 type dir struct {
-	n      *node
-	path   string
-	ents   []layer.DirEntry
-	loaded bool
-	pos    int
-	last   *layer.DirEntry
+	n    *node
+	path string
+	ds   layer.Dir
+	pos  int // entries of the dots given: 0, 1 or 2
+	last *layer.DirEntry
 	// gone are the directory's last attributes once it has been removed
 	// or replaced (see node.dirGone).
 	gone atomic.Pointer[layer.Attr]
@@ -191,21 +191,16 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 	if !ok {
 		return nil, 0, syscall.ENOENT
 	}
-	// The kernel opens only directories; the listing, read on the first
-	// readdir, reports a directory that has gone.
-	d := &dir{n: n, path: p}
+	ds, err := layer.OpenDir(callerCtx(ctx), n.st.top, p)
+	if err != nil {
+		return nil, 0, n.st.errno("opendir", p, err)
+	}
+	d := &dir{n: n, path: p, ds: ds}
 	n.st.dirOpened(d)
 	return d, 0, 0
 }
 
 func (d *dir) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
-	if !d.loaded {
-		ents, err := d.n.st.top.ReadDir(callerCtx(ctx), d.path, true)
-		if err != nil {
-			return nil, d.n.st.errno("readdir", d.path, err)
-		}
-		d.ents, d.loaded, d.pos = ents, true, 0
-	}
 	d.last = nil
 	if d.pos < dots {
 		// Every Linux file system lists "." and ".." (some programs count
@@ -221,17 +216,19 @@ func (d *dir) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
 		d.pos++
 		return &fuse.DirEntry{Name: name, Mode: syscall.S_IFDIR, Ino: self.StableAttr().Ino, Off: uint64(d.pos)}, 0
 	}
-	if d.pos-dots >= len(d.ents) {
+	e, cookie, err := d.ds.Next(callerCtx(ctx), true)
+	if err == io.EOF {
 		return nil, 0
 	}
-	e := &d.ents[d.pos-dots]
-	d.pos++
-	d.last = e
+	if err != nil {
+		return nil, d.n.st.errno("readdir", d.path, err)
+	}
+	d.last = &e
 	id := layer.ID{Dev: d.n.id.Dev, Branch: d.n.id.Branch, Ino: e.Ino}
 	if e.Attr != nil {
 		id = e.Attr.ID()
 	}
-	return &fuse.DirEntry{Name: e.Name, Mode: e.Mode, Ino: d.n.st.inos.direntIno(id), Off: uint64(d.pos)}, 0
+	return &fuse.DirEntry{Name: e.Name, Mode: e.Mode, Ino: d.n.st.inos.direntIno(id), Off: cookie + dots}, 0
 }
 
 // Lookup serves READDIRPLUS with the attributes that came with the listing.
@@ -243,19 +240,26 @@ func (d *dir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.
 }
 
 func (d *dir) Seekdir(ctx context.Context, off uint64) syscall.Errno {
-	if off == 0 {
-		d.loaded = false
-		return 0
+	var err error
+	switch {
+	case off < dots:
+		d.pos = int(off)
+		err = d.ds.Seek(callerCtx(ctx), 0)
+	case off == dots:
+		d.pos = dots
+		err = d.ds.Seek(callerCtx(ctx), 0)
+	default:
+		d.pos = dots
+		err = d.ds.Seek(callerCtx(ctx), off-dots)
 	}
-	if !d.loaded || off > uint64(len(d.ents)+dots) {
-		return syscall.EINVAL
-	}
-	d.pos = int(off)
-	return 0
+	return d.n.st.errno("seekdir", d.path, err)
 }
 
 func (d *dir) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
 	return d.n.st.errno("fsyncdir", d.path, d.n.st.top.SyncDir(callerCtx(ctx), d.path))
 }
 
-func (d *dir) Releasedir(ctx context.Context, releaseFlags uint32) { d.n.st.dirClosed(d) }
+func (d *dir) Releasedir(ctx context.Context, releaseFlags uint32) {
+	d.n.st.dirClosed(d)
+	d.ds.Close()
+}

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"cairn/internal/mounttest"
 	"cairn/layer"
 	"cairn/layers/codec"
@@ -230,4 +232,70 @@ func TestMuxForwardsKeepCache(t *testing.T) {
 	if n := d.reads.Load(); n > 2 {
 		t.Errorf("%d reads reached the layer for 3 opens of a CapKeepCache file under mux", n)
 	}
+}
+
+// A lower that frees an inode number and gives it to a new file (ext4 does)
+// behind the mount's back, while the kernel still knows the old file: the
+// new file is another object, with another generation (layer.Attr.Gen, the
+// lower's birth time). A file handle of the old file must then be stale, as
+// it is on ext4, not open the new file.
+func TestReusedInodeNumberIsAnotherFile(t *testing.T) {
+	mounttest.Need(t)
+	lower := t.TempDir()
+	m := mounttest.Mount(t, null.New(localLower(t, lower)))
+	// Other programs creating files on the same file system may take the
+	// freed number first: try again until the lower gives it to one of ours.
+	var (
+		h      unix.FileHandle
+		oldIno uint64
+		reused string
+	)
+	for try := 0; try < 50 && reused == ""; try++ {
+		old := fmt.Sprintf("old%d", try)
+		if err := os.WriteFile(filepath.Join(lower, old), []byte("old file"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		oldIno = lstat(t, m.Path(old)).Ino
+		var err error
+		h, _, err = unix.NameToHandleAt(unix.AT_FDCWD, m.Path(old), 0)
+		if err != nil {
+			t.Fatalf("name_to_handle_at through the mount: %v", err)
+		}
+		// Behind the mount: remove the file and make new ones until one gets its number.
+		os.Remove(filepath.Join(lower, old))
+		for i := 0; i < 20 && reused == ""; i++ {
+			p := filepath.Join(lower, fmt.Sprintf("new%d-%d", try, i))
+			if err := os.WriteFile(p, []byte("the new file"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if lstat(t, p).Ino == oldIno {
+				reused = filepath.Base(p)
+			}
+		}
+	}
+	if reused == "" {
+		t.Fatalf("the lower (%s) never reused a freed inode number in 50 tries", lower)
+	}
+	if got := lstat(t, m.Path(reused)).Ino; got != oldIno {
+		t.Fatalf("%s: st_ino %d through the mount, the lower's is %d", reused, got, oldIno)
+	}
+	mfd, err := unix.Open(m.Dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(mfd)
+	fd, err := unix.OpenByHandleAt(mfd, h, unix.O_RDONLY)
+	if err == nil {
+		b := make([]byte, 64)
+		n, _ := unix.Read(fd, b)
+		unix.Close(fd)
+		t.Fatalf("the old file's handle opens the new file %s (reads %q); ext4 answers ESTALE", reused, b[:max(n, 0)])
+	}
+	// ext4 says ESTALE; through FUSE the kernel still holds the old node,
+	// whose path is gone: ENOENT.
+	if err != unix.ESTALE && err != unix.ENOENT {
+		t.Fatalf("open_by_handle_at of the old file: %v, want ESTALE or ENOENT", err)
+	}
+	// the new file reads its own bytes
+	checkSame(t, m.Path(reused), filepath.Join(lower, reused))
 }

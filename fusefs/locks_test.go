@@ -334,16 +334,16 @@ var lockScenarios = []lockScenario{
 		r.do("A", "setlk a w 0 0")
 		r.do("A", "ofdsetlk a w 0 0")
 		r.do("A", "flock a ex")
-		r.do("B", "alarm 600")
+		r.do("B", "alarm 2000") // well past the 300 ms a wait is watched, even on a loaded machine
 		r.start("B", "setlkw b r 0 1")
 		r.finish("B")
-		r.do("B", "alarm 600")
+		r.do("B", "alarm 2000") // well past the 300 ms a wait is watched, even on a loaded machine
 		r.start("B", "ofdsetlkw b r 0 1")
 		r.finish("B")
-		r.do("B", "alarm 600")
+		r.do("B", "alarm 2000") // well past the 300 ms a wait is watched, even on a loaded machine
 		r.start("B", "flock b sh")
 		r.finish("B")
-		r.do("B", "alarm 600")
+		r.do("B", "alarm 2000") // well past the 300 ms a wait is watched, even on a loaded machine
 		r.start("B", "lockf b lock 0")
 		r.finish("B")
 		r.do("B", "getlk b w 0 0") // the interrupted waits left nothing behind

@@ -29,8 +29,7 @@ type Options struct {
 	// Timeouts of the kernel's caches of entries, attributes and missing
 	// names. Zero values take the defaults below; negative ones disable.
 	EntryTimeout, AttrTimeout, NegativeTimeout time.Duration
-	// NoPassthrough disables FUSE passthrough even where it is safe: a
-	// mount-wide veto on every file's CapPassthrough.
+	// NoPassthrough disables FUSE passthrough even where it is safe.
 	NoPassthrough bool
 	// NoXattr answers every xattr request with ENOSYS, after which the
 	// kernel stops sending them: a round trip less per write, two less per
@@ -59,12 +58,8 @@ const (
 // Server is a mounted stack.
 type Server struct {
 	*fuse.Server
-	Mountpoint string
-	// Passthrough says that no layer declares ChangesData and the mount
-	// does not veto passthrough, so every file of the stack may be handed
-	// to the kernel. Each open file still decides by its own caps
-	// (layer.Caps): a file can be passed through when this is false.
-	Passthrough bool
+	Mountpoint  string
+	Passthrough bool // files may be handed to the kernel
 }
 
 func timeout(d, def time.Duration) *time.Duration {
@@ -158,11 +153,11 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		return nil, err
 	}
 	st := &state{
-		top:           top,
-		noPassthrough: o.NoPassthrough,
-		fscaps:        layer.FSCapsOf(top),
-		acl:           o.AllowOther,
-		log:           o.Logger,
+		top:         top,
+		passthrough: !o.NoPassthrough,
+		fscaps:      layer.FSCapsOf(top),
+		acl:         o.AllowOther,
+		log:         o.Logger,
 	}
 	ra, err := top.Getattr(context.Background(), "")
 	if err != nil {
@@ -255,7 +250,7 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		EntryTimeout:    timeout(o.EntryTimeout, DefaultEntryTimeout),
 		AttrTimeout:     timeout(o.AttrTimeout, DefaultAttrTimeout),
 		NegativeTimeout: timeout(o.NegativeTimeout, DefaultNegativeTimeout),
-		RootStableAttr:  &fs.StableAttr{Mode: syscall.S_IFDIR, Ino: rootIno},
+		RootStableAttr:  &fs.StableAttr{Mode: syscall.S_IFDIR, Ino: rootIno, Gen: st.root.id.Gen},
 		// Report the lower's permission bits exactly: without this, go-fuse
 		// turns mode 0000 into 0644 (0755 for directories), and the kernel
 		// then lets every user read a file nobody may read.
@@ -271,7 +266,9 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		srv.Unmount()
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
-	return &Server{Server: srv, Mountpoint: mountpoint, Passthrough: !o.NoPassthrough && layer.StackChanges(top)&layer.ChangesData == 0}, nil
+	// Passthrough, as logged: whether files of this stack can be passed
+	// through at all (each file's Caps decide).
+	return &Server{Server: srv, Mountpoint: mountpoint, Passthrough: st.passthrough && layer.StackChanges(top)&layer.ChangesData == 0}, nil
 }
 
 // rawFS hands the node methods what go-fuse's node API leaves out of a

@@ -22,15 +22,15 @@ import (
 
 // state is shared by all nodes of one mount.
 type state struct {
-	top           layer.FS
-	noPassthrough bool         // Options.NoPassthrough: a mount-wide veto on the files' CapPassthrough
-	fscaps        layer.FSCaps // what the stack can do (layer.FSCapsOf), computed once
-	acl           bool         // the kernel handles POSIX ACLs (allow_other mounts)
-	log           *slog.Logger
-	root          *node
-	inos          inoMap
-	handMu        sync.Mutex
-	handed        map[<-chan struct{}][]*file // by request: descriptors handed to the kernel
+	top         layer.FS
+	passthrough bool         // files may be passed through (not NoPassthrough); each file's Caps decide
+	fscaps      layer.FSCaps // what the stack can do (layer.FSCapsOf), computed once
+	acl         bool         // the kernel handles POSIX ACLs (allow_other mounts)
+	log         *slog.Logger
+	root        *node
+	inos        inoMap
+	handMu      sync.Mutex
+	handed      map[<-chan struct{}][]*file // by request: descriptors handed to the kernel
 	// extras maps the cancel channel of a request in flight to what rawFS
 	// found in it: the umask of a create, mkdir or mknod, the SETXATTR
 	// flags of a setxattr.
@@ -221,7 +221,7 @@ func (n *node) newChild(ctx context.Context, a *layer.Attr, out *fuse.EntryOut) 
 	id := a.ID()
 	ino := n.st.inos.ino(id)
 	out.Attr.Ino = ino
-	return n.NewInode(ctx, &node{st: n.st, id: id}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: ino})
+	return n.NewInode(ctx, &node{st: n.st, id: id}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: ino, Gen: id.Gen})
 }
 
 // OnForget: the kernel has forgotten the node.
@@ -348,7 +348,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 // daemonCtx carries the daemon's own identity, for changes the file system
 // makes by itself.
 func daemonCtx(ctx context.Context) context.Context {
-	return layer.WithCaller(ctx, layer.Self())
+	return layer.AsSelf(ctx)
 }
 
 // killPrivs says whether a SETATTR asks the file system to drop set-id
@@ -399,26 +399,24 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	return n.st.newFile(ctx, lf, p, &n.Inode, flags), n.st.openFlags(lf), 0
 }
 
-// passes reports whether f may be handed to the kernel: its caps offer
-// passthrough and the mount does not veto it.
-func (st *state) passes(c layer.Caps) bool {
-	return !st.noPassthrough && c&layer.CapPassthrough != 0
-}
-
-// openFlags turns an open file's caps (layer.Caps) into FOPEN flags:
-// direct I/O where the file needs it, else the kernel's page cache kept
-// across opens where the file allows it and is not passed through
-// (FOPEN_PASSTHROUGH itself is set by go-fuse when file.PassthroughFd
-// gives a descriptor).
+// openFlags acts on the open file's capabilities (layer.Caps): a file
+// that is not passed through keeps the kernel's page cache across opens
+// when it says it may, and a file that asks for direct I/O gets it.
 func (st *state) openFlags(f layer.File) uint32 {
 	c := f.Caps()
-	switch {
-	case c&layer.CapDirectIO != 0:
-		return fuse.FOPEN_DIRECT_IO
-	case c&layer.CapKeepCache != 0 && !st.passes(c):
-		return fuse.FOPEN_KEEP_CACHE
+	var flags uint32
+	if c&layer.CapKeepCache != 0 && !st.passes(c) {
+		flags |= fuse.FOPEN_KEEP_CACHE
 	}
-	return 0
+	if c&layer.CapDirectIO != 0 {
+		flags |= fuse.FOPEN_DIRECT_IO
+	}
+	return flags
+}
+
+// passes reports whether a file with caps c is handed to the kernel.
+func (st *state) passes(c layer.Caps) bool {
+	return st.passthrough && c&layer.CapPassthrough != 0 && c&layer.CapDirectIO == 0
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {

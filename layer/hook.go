@@ -92,8 +92,12 @@ type Hooked struct {
 	files map[*hookedFile]struct{} // open, for renames
 }
 
-// run calls Before, the operation, and After.
+// run calls Before, the operation, and After; the stack's own operations
+// (AsSelf) go through without either.
 func (h *Hooked) run(ctx context.Context, op *Op, do func() error) error {
+	if IsSelf(ctx) {
+		return do()
+	}
 	op.Start = time.Now()
 	if err := h.Hook.Before(ctx, op); err != nil {
 		op.Err = err
@@ -125,6 +129,16 @@ func (h *Hooked) ReadDir(ctx context.Context, path string, plus bool) (ents []Di
 	err = h.run(ctx, op, func() (err error) {
 		ents, err = h.Lower.ReadDir(ctx, path, plus)
 		op.Bytes = int64(len(ents))
+		return
+	})
+	return
+}
+
+// OpenDir streams the lower's listing; the hook sees one readdir, when the
+// directory is opened (its Bytes are not known then: 0).
+func (h *Hooked) OpenDir(ctx context.Context, path string) (d Dir, err error) {
+	err = h.run(ctx, &Op{Name: "readdir", Path: path}, func() (err error) {
+		d, err = OpenDir(ctx, h.Lower, path)
 		return
 	})
 	return
@@ -412,10 +426,12 @@ func (f *hookedFile) PassthroughFd() (int, bool) {
 	return f.Lower.PassthroughFd()
 }
 
-// Caps forwards the lower file's, less CapPassthrough with NoPassthrough.
+// Caps forwards the lower file's, without passthrough when the hook must
+// see every read and write (NoPassthrough).
 func (f *hookedFile) Caps() Caps {
+	c := f.Lower.Caps()
 	if f.h.NoPassthrough {
-		return f.Lower.Caps() &^ CapPassthrough
+		c &^= CapPassthrough
 	}
-	return f.Lower.Caps()
+	return c
 }

@@ -98,55 +98,39 @@ type File interface {
 	Getlk(ctx context.Context, owner uint64, lk *Lock, flags uint32) (Lock, error)
 	Setlk(ctx context.Context, owner uint64, lk *Lock, flags uint32, wait bool) error
 
-	// Caps says what the frontend may do with this open file (see Caps).
-	// A wrapper forwards its lower file's caps less those it vetoes: a
-	// layer that changes data never offers CapPassthrough.
-	Caps() Caps
 	// PassthroughFd returns a new descriptor of the lower file whose bytes
 	// are exactly this file's bytes, so the kernel may do the I/O itself;
 	// the caller closes it (it shares the file's open file description,
-	// which it keeps alive, locks included, while open). It is called only
-	// when Caps has CapPassthrough, and may still say false.
+	// which it keeps alive, locks included, while open). Only a file whose
+	// Caps has CapPassthrough is asked.
 	PassthroughFd() (int, bool)
+
+	// Caps says what the kernel may do with this open file (see Caps). A
+	// wrapper forwards its lower file's (BaseFile does) and takes away what
+	// it changes: a layer that changes a file's bytes never says
+	// CapPassthrough, whatever its lower file says.
+	Caps() Caps
 }
 
-// Caps are the capabilities of one open file: what the frontend may let
-// the kernel do with it. They are decided per file, when it is opened, and
-// carried up through wrappers like rclone's Features: each layer forwards
-// what it does not change and masks what it does.
+// Caps are what the kernel may do with one open file, decided per file:
+// the frontend acts on them at open, so one stack can pass some files
+// through and transform others.
 type Caps uint8
 
 const (
-	// CapPassthrough: the file's bytes are exactly a lower descriptor's,
-	// which PassthroughFd gives, so the kernel may read and write it
-	// itself (FUSE passthrough).
+	// CapPassthrough: the file's bytes are exactly those of the descriptor
+	// PassthroughFd gives; the kernel may read and write it itself.
 	CapPassthrough Caps = 1 << iota
 	// CapKeepCache: the file changes only through this stack (its layer
-	// keeps the state it needs, such as the sizes a crypt layer caches, on
-	// that assumption), so the kernel may keep its cached pages from one
-	// open to the next instead of reading them again through the stack.
-	// Changes made through the mount keep the kernel's cache right.
+	// keeps state on that assumption, such as the sizes and names a crypt
+	// layer caches): when it is not passed through, the kernel may keep its
+	// cached pages from one open to the next instead of reading them again
+	// through the stack after every open. Changes made through the mount
+	// keep the kernel's cache right by themselves.
 	CapKeepCache
-	// CapDirectIO: the kernel must not cache the file's pages at all; every
-	// read and write reaches the stack (FOPEN_DIRECT_IO).
+	// CapDirectIO: every read and write must reach the layer (no page cache).
 	CapDirectIO
 )
-
-func (c Caps) String() string {
-	if c == 0 {
-		return "none"
-	}
-	s := ""
-	for i, n := range []string{"passthrough", "keep-cache", "direct-io"} {
-		if c&(1<<i) != 0 {
-			if s != "" {
-				s += ", "
-			}
-			s += n
-		}
-	}
-	return s
-}
 
 // FSCaps are the things a layer (with what is below it) can do that not
 // every file system can. A layer says what it can do with the optional
@@ -204,8 +188,9 @@ func FSCapsOf(fs FS) FSCaps {
 	return c
 }
 
-// Changes says what a layer changes on its way down: `cairn explain` prints
-// it. The frontend decides passthrough and caching per file (see Caps).
+// Changes says what a layer changes on its way down. The frontend uses it to
+// decide when kernel passthrough and caching are safe; `cairn explain`
+// prints it.
 type Changes uint8
 
 const (
@@ -277,11 +262,15 @@ type Time = unix.Timespec
 // lower file system's device and inode numbers (local sets them from stat),
 // and Branch tells apart the lowers of fan-out layers, which may hold equal
 // (Dev, Ino) pairs. Layers that change nothing else carry the three as they
-// come. The frontend makes the st_ino an application sees from them.
+// come. The frontend makes the st_ino an application sees from them. Gen
+// tells apart two objects that had the same (Dev, Ino) one after the other
+// (the lower reused a freed inode number): local sets it from the file's
+// birth time where the lower records one (0 where it does not).
 type Attr struct {
 	Ino     uint64
 	Dev     uint64
 	Branch  uint64 // see TagBranch; 0 below every fan-out layer
+	Gen     uint64 // the generation of Ino (see above)
 	Size    uint64
 	Blocks  uint64 // 512-byte blocks
 	Atime   Time
@@ -305,12 +294,30 @@ func AttrFromStat(st *unix.Stat_t) Attr {
 	}
 }
 
+// AttrFromStatx converts a statx(2) result; the birth time, where the
+// lower gives one, is the generation (Attr.Gen).
+func AttrFromStatx(st *unix.Statx_t) Attr {
+	ts := func(t unix.StatxTimestamp) Time { return Time{Sec: t.Sec, Nsec: int64(t.Nsec)} }
+	a := Attr{
+		Ino: st.Ino, Dev: unix.Mkdev(st.Dev_major, st.Dev_minor), Size: st.Size, Blocks: st.Blocks,
+		Atime: ts(st.Atime), Mtime: ts(st.Mtime), Ctime: ts(st.Ctime),
+		Mode: uint32(st.Mode), Nlink: st.Nlink, Uid: st.Uid, Gid: st.Gid,
+		Rdev: unix.Mkdev(st.Rdev_major, st.Rdev_minor), Blksize: st.Blksize,
+	}
+	if st.Mask&unix.STATX_BTIME != 0 {
+		a.Gen = uint64(st.Btime.Sec)*1e9 + uint64(st.Btime.Nsec)
+	}
+	return a
+}
+
 // ID names one object of a stack: equal IDs are the same object (hard
 // links share one), different IDs are different objects while both exist.
-type ID struct{ Dev, Branch, Ino uint64 }
+// Gen is the generation: an object made after another one's inode number
+// was freed and reused has another ID (where the lower tells them apart).
+type ID struct{ Dev, Branch, Ino, Gen uint64 }
 
 // ID is the object's identity.
-func (a *Attr) ID() ID { return ID{Dev: a.Dev, Branch: a.Branch, Ino: a.Ino} }
+func (a *Attr) ID() ID { return ID{Dev: a.Dev, Branch: a.Branch, Ino: a.Ino, Gen: a.Gen} }
 
 // TagBranch marks a as coming through lower i of a fan-out layer with n
 // lowers, so that objects of different lowers never share an ID, even when
@@ -391,3 +398,5 @@ func Errno(err error) syscall.Errno {
 	}
 	return syscall.EIO
 }
+
+var errInvalidSeek = syscall.EINVAL

@@ -270,3 +270,7 @@ func (l ErrorList) finish(file string) error {
 	}
 	return l
 }
+
+// DidYouMean returns `; did you mean "x"?` when one of known is close to
+// got (a misspelt command, option or operation name), else "".
+func DidYouMean(got string, known []string) string { return didYouMean(got, known) }

@@ -192,6 +192,16 @@ func (p *inlineParser) parse() ([]inlineLayer, string, Pos) {
 				p.errorf(p.i, "expected a directory after \":\", found the end")
 				return nil, "", Pos{}
 			}
+			// "zstd:null:/srv/data" chains with ":": the directory would
+			// be "null:/srv/data". Say how a chain is written (a real
+			// directory of that name is taken as it is).
+			if t, _, ok := strings.Cut(dir, ":"); ok && isLayerType(strings.TrimSpace(t)) {
+				if _, err := os.Stat(expandHome(dir)); err != nil {
+					fixed := p.s[:p.i-1] + "," + dir
+					p.errorf(p.i, "the directory %q starts with the layer type %q: the layers of a chain are separated by \",\" (did you mean %q?)", dir, strings.TrimSpace(t), fixed)
+					return nil, "", Pos{}
+				}
+			}
 			return chain, expandHome(dir), p.pos(p.i)
 		}
 		hint := ""
@@ -355,4 +365,10 @@ func inlineTable(chain []inlineLayer, dir string, dirPos Pos) *table {
 // count bytes from its start.
 func oneLine(text string) string {
 	return strings.NewReplacer("\n", " ", "\r", " ").Replace(text)
+}
+
+// isLayerType reports whether s names a registered layer type.
+func isLayerType(s string) bool {
+	_, ok := registry.Lookup(s)
+	return ok
 }

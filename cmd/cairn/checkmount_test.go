@@ -20,10 +20,10 @@ func TestCheckRefusesWhatMountRefuses(t *testing.T) {
 		{"zstd(level=30):" + lower, "inline:1:12", `option "level": must be from 1 to 22 for zstd, found 30`},
 		{"gzip(chunk_size=3000):" + lower, "inline:1:17", `option "chunk_size": must be a power of two from 4KiB to 1MiB, found 3000`},
 		{"lz4(chunk_size=3KiB):" + lower, "inline:1:16", `option "chunk_size": must be a power of two from 4KiB to 1MiB, found 3072`},
-		{"snoop(ops=opne,log=/tmp/x.log):" + lower, "inline:1:11", `option "ops": unknown operation "opne" (did you mean "open"?)`},
+		{"snoop(ops=opne,log=/tmp/x.log):" + lower, "inline:1:11", `option "ops": unknown operation "opne"; did you mean "open"?`},
 		{"snoop:" + lower, "inline:1:1", `option "log": a log file is needed`},
 		{"snoop(log=/nonexistent-dir/x.log):" + lower, "inline:1:11", `option "log": directory /nonexistent-dir does not exist`},
-		{"snoop(uids=no-such-user-here,log=/tmp/x.log):" + lower, "inline:1:12", `option "uids": "no-such-user-here" is neither a uid nor a user name`},
+		{"snoop(uids=no-such-user-here,log=/tmp/x.log):" + lower, "inline:1:12", `option "uids": "no-such-user-here" is neither a number nor a known name`},
 	}
 	mux := filepath.Join(t.TempDir(), "mux.toml")
 	os.WriteFile(mux, []byte("mount = \"m\"\n[layer.a]\ntype = \"local\"\npath = \""+lower+"\"\n[layer.b]\ntype = \"local\"\npath = \""+t.TempDir()+"\"\n[layer.m]\ntype = \"mux\"\nover = [\"a\", \"b\"]\nnames = [\"x\"]\n"), 0o644)

@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"cairn/layer"
-	"cairn/layers/codec"
 )
 
 // exitDropped: fsck --repair --force dropped data (kept in lost+found).
@@ -70,11 +69,11 @@ Flags:
 		fl.Usage()
 		return exitUsage
 	}
-	mode := codec.CheckOnly
+	mode := layer.CheckOnly
 	if *repair {
-		mode = codec.Repair
+		mode = layer.Repair
 		if *force {
-			mode = codec.RepairForce
+			mode = layer.RepairForce
 		}
 	}
 	s, err := loadSpec(fl.Arg(0))
@@ -86,75 +85,61 @@ Flags:
 		return specFailed(stderr, fl.Arg(0), err)
 	}
 	defer stack.Close()
-	var layers []*codec.FS
-	layer.Walk(stack.Top, func(l layer.FS) {
-		if c, ok := l.(*codec.FS); ok {
-			layers = append(layers, c)
-		}
-	})
-	if len(layers) == 0 {
-		fmt.Fprintf(stdout, "%s: no size-changing layer in this stack: nothing to check\n", fl.Arg(0))
+	checkers := layer.Checkers(stack.Top)
+	if len(checkers) == 0 {
+		fmt.Fprintf(stdout, "%s: no layer in this stack keeps state of its own in the lower: nothing to check\n", fl.Arg(0))
 		return exitOK
 	}
 	ctx := context.Background()
 	// A mounted daemon holds the same lock: its engine keeps files' state
 	// in memory, and checking (let alone repairing) under it would report
 	// or make damage.
-	if err := codec.Claim(ctx, stack.Top); err != nil {
+	if err := layer.ClaimStack(ctx, stack.Top); err != nil {
 		fmt.Fprintf(stderr, "cairn fsck: %s: %v\n", fl.Arg(0), err)
-		var busy *codec.InUseError
-		if errors.As(err, &busy) {
+		if errors.Is(err, layer.ErrInUse) {
 			return exitBusy
 		}
 		return exitFailed
 	}
 	bad := 0
-	var dropped int64
-	for _, l := range layers {
-		var files []string
-		if err := codec.Walk(ctx, l, "", func(p string) error { files = append(files, p); return nil }); err != nil {
-			return fail(fmt.Errorf("fsck: listing the files of the %s layer: %w", l.Codec(), err), exitFailed)
-		}
-		bar := newProgress(stderr, len(files))
-		var problems, damaged, repaired int
-		for i, p := range files {
-			bar.update(i, p)
-			rep, err := l.Check(ctx, p, mode)
-			if err != nil {
-				bar.clear()
-				fmt.Fprintf(stdout, "%s: cannot check: %v\n", p, err)
-				bad++
-				continue
-			}
-			if rep.Repaired {
-				repaired++
-			}
-			dropped += rep.Dropped
-			if rep.LostAccepted > 0 {
-				dropped++ // data lost, even if no byte of it is counted
-			}
-			if !rep.OK() {
-				problems += len(rep.Problems)
-				if rep.Lost != "" && !slices.Contains(rep.Problems, rep.Lost) {
-					problems++
+	var lost []string
+	for _, c := range checkers {
+		var bar *progress
+		sum, err := c.Fsck(ctx, mode,
+			func(i, n int, p string) {
+				if bar == nil {
+					bar = newProgress(stderr, n)
 				}
-				damaged += len(rep.Damaged)
-				bad++
-			}
-			if !*quiet || !rep.OK() || rep.Repaired {
-				bar.clear()
-				fmt.Fprintln(stdout, rep.String())
-			}
+				bar.update(i, p)
+			},
+			func(r layer.FileReport) {
+				if r.Err != nil {
+					bar.clear()
+					fmt.Fprintf(stdout, "%s: cannot check: %v\n", r.Path, r.Err)
+					return
+				}
+				if !*quiet || !r.OK || r.Repaired {
+					bar.clear()
+					fmt.Fprintln(stdout, r.Text)
+				}
+			})
+		if bar != nil {
+			bar.done()
 		}
-		bar.done()
-		fmt.Fprintf(stdout, "%s layer: %d files checked, %d repaired, %d index problems left, %d damaged chunks\n",
-			l.Codec(), len(files), repaired, problems, damaged)
+		if err != nil {
+			return fail(fmt.Errorf("fsck: %w", err), exitFailed)
+		}
+		bad += sum.Bad
+		if sum.Dropped {
+			lost = append(lost, sum.LostFound)
+		}
+		fmt.Fprintln(stdout, sum.Line)
 	}
 	if bad > 0 {
 		return exitFailed
 	}
-	if dropped > 0 {
-		fmt.Fprintf(stdout, "data was dropped (each file's report says what): the files as they were are in %s\n", codec.LostFound)
+	if len(lost) > 0 {
+		fmt.Fprintf(stdout, "data was dropped (each file's report says what): the files as they were are in %s\n", strings.Join(slices.Compact(lost), ", "))
 		return exitDropped
 	}
 	return exitOK

@@ -48,7 +48,7 @@ func TestSpecLimits(t *testing.T) {
 func TestCheckMountpoint(t *testing.T) {
 	lower := t.TempDir()
 	missing := filepath.Join(t.TempDir(), "nothing")
-	want := "mountpoint " + missing + " is not a directory; create it first"
+	want := "mountpoint " + missing + " does not exist; create it first"
 	if out, code := cairn(t, "check", "null:"+lower, missing); code != exitSpec || !strings.Contains(out, want) {
 		t.Errorf("check: exit %d: %s", code, out)
 	}

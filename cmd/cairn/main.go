@@ -8,6 +8,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"cairn/spec"
 )
 
 // Exit codes, documented in `cairn help`.
@@ -65,7 +67,11 @@ func run(args []string) int {
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "cairn: unknown command %q; run 'cairn help' for the list\n", args[0])
+		var names []string
+		for n := range commands {
+			names = append(names, n)
+		}
+		fmt.Fprintf(os.Stderr, "cairn: unknown command %q%s; run 'cairn help' for the list\n", args[0], spec.DidYouMean(args[0], names))
 		return exitUsage
 	}
 	return c.run(args[1:])

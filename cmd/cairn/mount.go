@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,7 +25,6 @@ import (
 	"cairn/fusefs"
 	"cairn/layer"
 	_ "cairn/layers/all"
-	"cairn/layers/codec"
 	"cairn/registry"
 	"cairn/spec"
 )
@@ -51,6 +51,8 @@ type mountFlags struct {
 	entry, attr   time.Duration
 	negative      time.Duration
 	nonempty      bool
+	passfile      string
+	extpass       string
 	options       string
 	vfs           []string // mount(8) options for the kernel (from -o)
 	fsname        string
@@ -69,6 +71,8 @@ func runMount(args []string) int {
 	fl.DurationVar(&m.entry, "entry-timeout", 0, "kernel cache time of names (default: the spec's, else 1s)")
 	fl.DurationVar(&m.attr, "attr-timeout", 0, "kernel cache time of attributes (default: the spec's, else 1s)")
 	fl.DurationVar(&m.negative, "negative-timeout", 0, "kernel cache time of missing names (default: the spec's, else 1s)")
+	fl.StringVar(&m.passfile, "passfile", "", "the passphrase of every crypt layer, from the first line of this file (instead of the spec's passfile or extpass)")
+	fl.StringVar(&m.extpass, "extpass", "", "the passphrase of every crypt layer, from the first line of this command's output (sh -c)")
 	fl.BoolVar(&m.nonempty, "nonempty", false, "mount over a directory that holds files (hidden while mounted; refused otherwise)")
 	fl.StringVar(&m.options, "o", "", "mount options, comma-separated, as mount(8) takes them: allow_other, default_permissions, fsname=NAME, nonempty,\n"+
 		"and "+strings.Join(fusefs.MountFlagNames(), ", ")+" (default nodev,nosuid; dev and suid need root);\n"+
@@ -105,6 +109,9 @@ Flags:
 	if err != nil {
 		return fail(errors.New(spec.Detail(err)), exitSpec)
 	}
+	if err := m.secretFlags(s); err != nil {
+		return fail(err, exitUsage)
+	}
 	if err := s.CheckMountpoint(mountpoint); err != nil {
 		// The spec is good; the mount cannot be made there.
 		return fail(errors.New(spec.Detail(err)), exitMount)
@@ -134,18 +141,14 @@ Flags:
 		return daemonize(args, secrets)
 	}
 
-	logger, closeLog, err := newLogger(m, level, readyFd != "" && !m.foreground)
-	if err != nil {
-		return fail(err, exitFailed)
-	}
-	defer closeLog()
-	slog.SetDefault(logger)
-
 	var ready *os.File
 	if readyFd != "" {
 		ready = os.NewFile(3, "ready")
 		os.Unsetenv(daemonEnv)
 	}
+	// report tells the foreground process, which waits, that the mount is
+	// ready ("ok") or why not: everything that fails before goes through it,
+	// so that a background mount says what went wrong as -f would.
 	report := func(msg string) {
 		if ready != nil {
 			fmt.Fprintln(ready, msg)
@@ -153,6 +156,14 @@ Flags:
 			ready = nil
 		}
 	}
+
+	logger, closeLog, err := newLogger(m, level, readyFd != "" && !m.foreground)
+	if err != nil {
+		report("log: " + err.Error())
+		return fail(err, exitFailed)
+	}
+	defer closeLog()
+	slog.SetDefault(logger)
 
 	// Held until this process exits, after the stack is closed (its data
 	// flushed): 'cairn umount' waits for it.
@@ -187,7 +198,7 @@ Flags:
 	// The files of size-changing layers are served by one engine at a
 	// time: a second mount of them, or an fsck, is refused while this
 	// one runs.
-	if err := codec.Claim(context.Background(), stack.Top); err != nil {
+	if err := layer.ClaimStack(context.Background(), stack.Top); err != nil {
 		report("mount: " + err.Error())
 		return fail(err, exitMount)
 	}
@@ -244,6 +255,32 @@ func (m *mountFlags) source(specArg string, s *spec.Spec) string {
 	return "cairn:" + fsName(specArg, s)
 }
 
+// secretFlags puts -passfile or -extpass in place of the spec's for every
+// layer that takes a passphrase (an option named passfile).
+func (m *mountFlags) secretFlags(s *spec.Spec) error {
+	if m.passfile == "" && m.extpass == "" {
+		return nil
+	}
+	if m.passfile != "" && m.extpass != "" {
+		return usagef("give -passfile or -extpass, not both")
+	}
+	pf := m.passfile
+	if pf != "" {
+		abs, err := filepath.Abs(pf)
+		if err != nil {
+			return err
+		}
+		pf = abs
+	}
+	for _, name := range s.Order {
+		l := s.Layers[name]
+		if t := l.TypeInfo(); t != nil && t.Option("passfile") != nil && l.Values != nil {
+			l.Values["passfile"], l.Values["extpass"] = pf, m.extpass
+		}
+	}
+	return nil
+}
+
 // parseOptions reads -o.
 func (m *mountFlags) parseOptions() error {
 	for _, o := range strings.Split(m.options, ",") {
@@ -275,8 +312,14 @@ func (m *mountFlags) parseOptions() error {
 // mountpointDir reports a mountpoint that is not a directory (cairn check
 // with a MOUNTPOINT says so too).
 func mountpointDir(mp string) error {
-	if fi, err := os.Stat(mp); err != nil || !fi.IsDir() {
-		return fmt.Errorf("mountpoint %s is not a directory; create it first (mkdir -p %s)", mp, mp)
+	fi, err := os.Stat(mp)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("mountpoint %s does not exist; create it first (mkdir -p %s)", mp, mp)
+	case err != nil:
+		return fmt.Errorf("mountpoint %s: %v", mp, err)
+	case !fi.IsDir():
+		return fmt.Errorf("mountpoint %s is a file, not a directory; choose a directory (a mount covers a directory)", mp)
 	}
 	return nil
 }

@@ -163,3 +163,32 @@ func TestMountDevSuid(t *testing.T) {
 	}
 	cairn(t, "umount", mnt)
 }
+
+// TestAdvice: mistakes get messages that say what to do, from a background
+// mount too (the daemon's real error, not "exit status 1").
+func TestAdvice(t *testing.T) {
+	mounttest.Need(t)
+	lower, mnt := t.TempDir(), t.TempDir()
+	file := filepath.Join(t.TempDir(), "f")
+	os.WriteFile(file, nil, 0o644)
+	rel := t.TempDir()
+	os.Mkdir(filepath.Join(rel, "data"), 0o755)
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"mont"}, 2, `unknown command "mont"; did you mean "mount"?`},
+		{[]string{"mount", "-log-file", "/nonexistent-dir/x.log", "null:" + lower, mnt}, 4, "cannot open log file: open /nonexistent-dir/x.log: no such file or directory"},
+		{[]string{"mount", "null:" + lower, file}, 4, "mountpoint " + file + " is a file, not a directory; choose a directory"},
+		{[]string{"check", "zstd:null:" + rel + "/data"}, 3, `the layers of a chain are separated by "," (did you mean "zstd,null:` + rel + `/data"?)`},
+	} {
+		out, code := cairn(t, c.args...)
+		if code != c.code || !strings.Contains(out, c.want) {
+			t.Errorf("cairn %s: exit %d, %q; want exit %d and %q", strings.Join(c.args, " "), code, out, c.code, c.want)
+		}
+	}
+	if _, ok := mountAt(mnt); ok {
+		t.Error("a failed background mount left a mount")
+	}
+}

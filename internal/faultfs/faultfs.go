@@ -332,11 +332,6 @@ func (f *File) CopyFileRange(ctx context.Context, offIn int64, dst layer.File, o
 	return 0, syscall.EXDEV
 }
 
-// Caps: the kernel must not bypass the faults (no passthrough, no pages
-// kept across opens).
-func (f *File) Caps() layer.Caps {
-	return f.Lower.Caps() &^ (layer.CapPassthrough | layer.CapKeepCache)
-}
-
 // PassthroughFd: the kernel must not bypass the faults.
 func (f *File) PassthroughFd() (int, bool) { return -1, false }
+func (f *File) Caps() layer.Caps           { return 0 }

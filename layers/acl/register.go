@@ -21,11 +21,11 @@ func init() {
 			Help: "the first rule that covers the path and matches the caller and the operation allows or denies it",
 			Options: []registry.Option{
 				{Name: "action", Kind: registry.String, Required: true, Allowed: []string{"allow", "deny"}, Help: "allow or deny"},
-				{Name: "users", Kind: registry.List, Help: "callers by uid or user name (default: anyone)", Check: each(userID)},
-				{Name: "groups", Kind: registry.List, Help: "callers in one of these groups, by gid or name, supplementary groups included", Check: each(groupID)},
-				{Name: "procs", Kind: registry.List, Help: "callers by the program the kernel ran for them: a path, or a name looked up in PATH when the rules are loaded; matched by device and inode of /proc/PID/exe, not by the name a process gives itself", Check: each(program)},
+				{Name: "users", Kind: registry.List, Help: "callers by uid or user name (default: anyone)", Check: registry.Each(registry.UserID)},
+				{Name: "groups", Kind: registry.List, Help: "callers in one of these groups, by gid or name, supplementary groups included", Check: registry.Each(registry.GroupID)},
+				{Name: "procs", Kind: registry.List, Help: "callers by the program the kernel ran for them: a path, or a name looked up in PATH when the rules are loaded; matched by device and inode of /proc/PID/exe, not by the name a process gives itself", Check: registry.Each(program)},
 				{Name: "ops", Kind: registry.List,
-					Help: "operation classes: read, write, create, delete, rename, setattr, xattr, exec (default: all); a rename is also a delete of the old name and a create of the new one (and a write of a file it replaces); reading refused refuses exec too, unless the allowing rule names exec", Check: each(class)},
+					Help: "operation classes: read, write, create, delete, rename, setattr, xattr, exec (default: all); a rename is also a delete of the old name and a create of the new one (and a write of a file it replaces); reading refused refuses exec too, unless the allowing rule names exec", Check: registry.Each(class)},
 			},
 		},
 		New: func(l []layer.FS, o registry.Values) (layer.FS, error) {

@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -240,11 +238,11 @@ func FromRegistry(rules registry.Rules, allow bool) (*Rules, error) {
 	for _, x := range rules {
 		r := Rule{Allow: x.Values.String("action") == "allow", Paths: x.Paths, Where: x.Where}
 		for _, u := range x.Values.List("users") {
-			id, err := userID(u)
+			id, err := registry.UserID(u)
 			r.Uids, errs = append(r.Uids, id), append(errs, err)
 		}
 		for _, g := range x.Values.List("groups") {
-			id, err := groupID(g)
+			id, err := registry.GroupID(g)
 			r.Gids, errs = append(r.Gids, id), append(errs, err)
 		}
 		r.Procs = x.Values.List("procs")
@@ -262,60 +260,10 @@ func FromRegistry(rules registry.Rules, allow bool) (*Rules, error) {
 	return rs, errors.Join(errs...)
 }
 
-func userID(s string) (uint32, error) {
-	return lookup(s, func(s string) (string, error) { u, err := user.Lookup(s); return uid(u), err })
-}
-
-func groupID(s string) (uint32, error) {
-	return lookup(s, func(s string) (string, error) { g, err := user.LookupGroup(s); return gid(g), err })
-}
-
 func class(s string) (Class, error) {
 	i := slices.Index(classNames, s)
 	if i < 0 {
 		return 0, fmt.Errorf("unknown operation class %q (known: %s)", s, strings.Join(classNames, ", "))
 	}
 	return 1 << i, nil
-}
-
-// each checks every element of a list option (registry.Option.Check), so
-// that cairn check refuses what the rules' loading would.
-func each[T any](f func(string) (T, error)) func(any) error {
-	return func(v any) error {
-		l, _ := v.([]string)
-		var errs []error
-		for _, s := range l {
-			if _, err := f(s); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		return errors.Join(errs...)
-	}
-}
-
-// lookup takes a number or a name.
-func lookup(s string, byName func(string) (string, error)) (uint32, error) {
-	if n, err := strconv.ParseUint(s, 10, 32); err == nil {
-		return uint32(n), nil
-	}
-	id, err := byName(s)
-	if err != nil {
-		return 0, fmt.Errorf("%q is neither a number nor a known name", s)
-	}
-	n, err := strconv.ParseUint(id, 10, 32)
-	return uint32(n), err
-}
-
-func uid(u *user.User) string {
-	if u == nil {
-		return ""
-	}
-	return u.Uid
-}
-
-func gid(g *user.Group) string {
-	if g == nil {
-		return ""
-	}
-	return g.Gid
 }

@@ -14,23 +14,23 @@ import (
 	"cairn/layer"
 )
 
-// Mode says what Check may change.
-type Mode int
+// Mode says what Check may change (layer.CheckMode).
+type Mode = layer.CheckMode
 
 const (
 	// CheckOnly changes nothing.
-	CheckOnly Mode = iota
+	CheckOnly = layer.CheckOnly
 	// Repair rebuilds what can be rebuilt without losing a byte: the
 	// index (checkpoint) and the header slots. It refuses a file whose
 	// repair would drop data (damaged chunks stay EIO, a file with lost
 	// records stays unserved) and says so.
-	Repair
+	Repair = layer.Repair
 	// RepairForce also drops what cannot be read back, after saving a copy
 	// of the lower file in LostFound: damaged chunks, and, in a file with
 	// lost records, every chunk those records may have changed (so that
 	// nothing a lost truncation removed comes back). Dropped chunks read as
 	// zeros.
-	RepairForce
+	RepairForce = layer.RepairForce
 )
 
 // LostFound is the directory, at the root of the layer's lower, where
@@ -452,4 +452,43 @@ func Walk(ctx context.Context, fs layer.FS, dir string, fn func(path string) err
 		}
 	}
 	return nil
+}
+
+// Fsck checks every file of the layer (layer.Checker): `cairn fsck`.
+func (fs *FS) Fsck(ctx context.Context, mode layer.CheckMode, progress func(done, total int, path string), report func(layer.FileReport)) (layer.CheckSummary, error) {
+	var files []string
+	if err := Walk(ctx, fs, "", func(p string) error { files = append(files, p); return nil }); err != nil {
+		return layer.CheckSummary{}, fmt.Errorf("listing the files of the %s layer: %w", fs.kind.Name, err)
+	}
+	sum := layer.CheckSummary{LostFound: LostFound}
+	var problems, damaged, repaired int
+	for i, p := range files {
+		progress(i, len(files), p)
+		rep, err := fs.Check(ctx, p, mode)
+		if err != nil {
+			sum.Bad++
+			report(layer.FileReport{Path: p, Err: err})
+			continue
+		}
+		fr := layer.FileReport{Path: p, Text: rep.String(), OK: rep.OK(), Repaired: rep.Repaired,
+			Dropped: rep.Dropped > 0 || rep.LostAccepted > 0, Damaged: len(rep.Damaged), Problems: len(rep.Problems)}
+		if rep.Lost != "" && !slices.Contains(rep.Problems, rep.Lost) {
+			fr.Problems++
+		}
+		if rep.Repaired {
+			repaired++
+		}
+		if fr.Dropped {
+			sum.Dropped = true
+		}
+		if !fr.OK {
+			problems += fr.Problems
+			damaged += fr.Damaged
+			sum.Bad++
+		}
+		report(fr)
+	}
+	sum.Line = fmt.Sprintf("%s layer: %d files checked, %d repaired, %d index problems left, %d damaged chunks",
+		fs.kind.Name, len(files), repaired, problems, damaged)
+	return sum, nil
 }

@@ -265,8 +265,8 @@ func (f *File) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, flags ui
 	return l.Setlk(ctx, owner, lk, flags, wait)
 }
 
-// Caps: none; never passthrough, whatever the lower file offers.
-func (f *File) Caps() layer.Caps { return 0 }
-
 // PassthroughFd: the lower bytes are not the file's bytes.
 func (f *File) PassthroughFd() (int, bool) { return -1, false }
+
+// Caps: the bytes are encoded below; the kernel reads through the layer.
+func (f *File) Caps() layer.Caps { return 0 }

@@ -48,9 +48,8 @@ type FS struct {
 	// idle are states without handles, kept loaded (the most recent last)
 	// so that opening a file again costs no index load and no decoding.
 	idle []*state
-	// claimed is the lower root directory, locked (see Claim).
-	claimed layer.File
-	claimFd int // its descriptor that holds the lock
+	// release lets go of the lock on the lower directory (see Claim).
+	release func()
 }
 
 // maxIdle is the number of closed files whose state is kept.
@@ -312,15 +311,14 @@ func (fs *FS) Close() error {
 		st.idle, st.removed = false, true
 		delete(fs.states, st.ino)
 	}
-	claimed := fs.claimed
-	fs.claimed = nil
+	release := fs.release
+	fs.release = nil
 	fs.mu.Unlock()
 	for _, st := range idle {
 		st.lower.Release(context.Background())
 	}
-	if claimed != nil {
-		unix.Close(fs.claimFd)
-		claimed.Release(context.Background()) // the lock goes with it
+	if release != nil {
+		release()
 	}
 	return nil
 }
@@ -419,18 +417,29 @@ func (fs *FS) Getattr(ctx context.Context, path string) (layer.Attr, error) {
 }
 
 func (fs *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirEntry, error) {
-	ents, err := fs.Lower.ReadDir(ctx, path, plus)
+	d, err := fs.OpenDir(ctx, path)
 	if err != nil {
 		return nil, err
 	}
-	for i := range ents {
-		if a := ents[i].Attr; a != nil && a.IsRegular() {
-			if err := fs.logicalSize(ctx, layer.Join(path, ents[i].Name), a); err != nil {
-				ents[i].Attr = nil // the kernel will ask with a lookup
+	defer d.Close()
+	return layer.ReadDirAll(ctx, d, plus)
+}
+
+// OpenDir streams the lower's listing with the files' logical sizes
+// (layer.DirOpener).
+func (fs *FS) OpenDir(ctx context.Context, path string) (layer.Dir, error) {
+	ld, err := layer.OpenDir(ctx, fs.Lower, path)
+	if err != nil {
+		return nil, err
+	}
+	return layer.MapDir(ld, func(ctx context.Context, e *layer.DirEntry) (bool, error) {
+		if a := e.Attr; a != nil && a.IsRegular() {
+			if err := fs.logicalSize(ctx, layer.Join(path, e.Name), a); err != nil {
+				e.Attr = nil // the kernel will ask with a lookup
 			}
 		}
-	}
-	return ents, nil
+		return true, nil
+	}), nil
 }
 
 func (fs *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (layer.Attr, error) {

@@ -2,7 +2,9 @@ package crypt
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -228,5 +230,63 @@ func TestPasswdKeepsKDF(t *testing.T) {
 	}
 	if got := kdf(); got.Time != 2 || got.MemoryKiB != 20<<10 || got.Threads != 2 {
 		t.Fatalf("passwd --argon2-time 2 stored %+v", got)
+	}
+}
+
+// TestMountPassphraseFlags: cairn mount takes the passphrase from
+// -passfile or -extpass (in place of the spec's), or from standard input
+// when it is a pipe, as gocryptfs does; a wrong one is refused.
+func TestMountPassphraseFlags(t *testing.T) {
+	e := newCmdEnv(t)
+	sp := e.spec("vol", "the passphrase", "")
+	if out, code := e.run("init", "--kdf", "scrypt", "--scrypt-n", "32768", sp); code != 0 {
+		t.Fatalf("init: %d %s", code, out)
+	}
+	// A spec that names no way to get the passphrase.
+	bare := filepath.Join(e.dir, "bare.toml")
+	os.WriteFile(bare, []byte("mount = \"top\"\n[layer.base]\ntype = \"local\"\npath = "+strconv.Quote(e.lower)+
+		"\n[layer.top]\ntype = \"crypt\"\nover = \"base\"\n"), 0o644)
+	pf := filepath.Join(e.dir, "other.secret")
+	os.WriteFile(pf, []byte("the passphrase\n"), 0o600)
+	mount := func(stdin string, args ...string) (string, int) {
+		cmd := exec.Command(e.bin, append([]string{"mount"}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return string(out), ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), 0
+	}
+	for _, c := range []struct {
+		name  string
+		stdin string
+		args  []string
+	}{
+		{"passfile", "", []string{"-passfile", pf}},
+		{"extpass", "", []string{"-extpass", "echo 'the passphrase'"}},
+		{"stdin", "the passphrase\n", nil},
+	} {
+		mp := e.mountpoint()
+		if out, code := mount(c.stdin, append(c.args, bare, mp)...); code != 0 {
+			t.Fatalf("%s: mount: exit %d: %s", c.name, code, out)
+		}
+		os.WriteFile(filepath.Join(mp, c.name), []byte(c.name), 0o644)
+		if b, err := os.ReadFile(filepath.Join(mp, c.name)); err != nil || string(b) != c.name {
+			t.Errorf("%s: read back %q %v", c.name, b, err)
+		}
+		if out, code := e.run("umount", mp); code != 0 {
+			t.Fatalf("umount: %d %s", code, out)
+		}
+	}
+	mp := e.mountpoint()
+	if out, code := mount("wrong\n", bare, mp); code == 0 || !strings.Contains(out, "passphrase") {
+		t.Errorf("a wrong passphrase on standard input: exit %d, %q", code, out)
+	}
+	if out, code := mount("", "-passfile", pf, "-extpass", "true", bare, mp); code != 2 {
+		t.Errorf("-passfile with -extpass: exit %d, %q, want 2", code, out)
 	}
 }

@@ -40,11 +40,47 @@ type FS struct {
 
 	mu        sync.Mutex
 	files     map[layer.ID]*fileState // open files, by lower identity (device, branch, inode)
-	pending   map[uint64]bool         // journals left by a crash (journal.go), by inode
+	pending   map[string]bool         // journals left by a crash (journal.go), by path
+	root      layer.ID                // the lower root's identity: its device and branch name journals
 	noJournal bool
 
 	xmu    sync.Mutex
 	xnames map[string]string // xattr name -> lower name (a few: ACLs, user.*)
+
+	release func() // lets go of the claim on the lower (see Claim)
+}
+
+// Claim locks the lower directory for as long as the layer is open
+// (layer.Claimer): the layer keeps names, sizes and journals in memory, so
+// a second mount of the same volume, which would corrupt it, is refused
+// with a *layer.InUseError.
+func (fs *FS) Claim(ctx context.Context) error {
+	fs.mu.Lock()
+	claimed := fs.release != nil
+	fs.mu.Unlock()
+	if claimed {
+		return nil
+	}
+	release, err := layer.LockLower(ctx, fs.Lower, "crypt")
+	if err != nil {
+		return err
+	}
+	fs.mu.Lock()
+	fs.release = release
+	fs.mu.Unlock()
+	return nil
+}
+
+// Close lets go of the claim.
+func (fs *FS) Close() error {
+	fs.mu.Lock()
+	release := fs.release
+	fs.release = nil
+	fs.mu.Unlock()
+	if release != nil {
+		release()
+	}
+	return nil
 }
 
 var _ layer.FS = (*FS)(nil)
@@ -102,6 +138,9 @@ func New(lower layer.FS, cfg *Config, master []byte, o Options) (*FS, error) {
 		cache: newNameCache(o.CacheDirs, o.CacheNames), rand: o.Rand, log: o.Logger, badNames: map[string]bool{},
 		files: map[layer.ID]*fileState{}, xnames: map[string]string{},
 		noJournal: o.NoJournal,
+	}
+	if a, err := lower.Getattr(context.Background(), ""); err == nil {
+		fs.root = a.ID()
 	}
 	fs.loadPending(context.Background())
 	return fs, nil
@@ -431,36 +470,45 @@ func (fs *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (laye
 // --- directories ---
 
 func (fs *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirEntry, error) {
+	d, err := fs.OpenDir(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return layer.ReadDirAll(ctx, d, plus)
+}
+
+// OpenDir streams path's listing (layer.DirOpener), decrypting names as
+// they come; the cookies are the lower's.
+func (fs *FS) OpenDir(ctx context.Context, path string) (layer.Dir, error) {
 	d, err := fs.dir(ctx, path)
 	if err != nil {
 		return nil, err
 	}
-	ents, err := fs.Lower.ReadDir(ctx, d.lower, plus)
+	ld, err := layer.OpenDir(ctx, fs.Lower, d.lower)
 	if err != nil {
 		return nil, err
 	}
-	out := ents[:0]
-	for _, e := range ents {
+	return layer.MapDir(ld, func(ctx context.Context, e *layer.DirEntry) (bool, error) {
 		if isOwn(e.Name) {
-			continue
+			return false, nil
 		}
 		name, err := fs.decName(ctx, path, d, e.Name)
 		if IsCorrupt(err) {
 			// One damaged or planted name must not hide the rest.
 			fs.logBadName(layer.Join(d.lower, e.Name), err)
-			continue
+			return false, nil
 		}
 		if err != nil {
-			return nil, err
+			return false, err
 		}
 		if e.Attr != nil {
 			fs.fixAttr(e.Attr)
 			fs.fixLink(ctx, layer.Join(d.lower, e.Name), e.Attr)
 		}
 		e.Name = name
-		out = append(out, e)
-	}
-	return out, nil
+		return true, nil
+	}), nil
 }
 
 // logBadName says once per lower path that a name was left out of a

@@ -349,3 +349,23 @@ func TestRandomSourceErrors(t *testing.T) {
 		t.Errorf("f: %d bytes, %v", a.Size, err)
 	}
 }
+
+// TestClaim: one crypt layer at a time serves a volume (a second mount
+// would corrupt it: names, sizes and journals are kept in memory); closing
+// the first lets the next one in.
+func TestClaim(t *testing.T) {
+	ctx := context.Background()
+	dir, a := stack(t)
+	b := open(t, dir)
+	if err := layer.ClaimStack(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	var busy *layer.InUseError
+	if err := layer.ClaimStack(ctx, b); !errors.As(err, &busy) || busy.Dir != dir || !errors.Is(err, layer.ErrInUse) {
+		t.Fatalf("a second claim of the volume: %v, want an InUseError naming %s", err, dir)
+	}
+	a.Close()
+	if err := layer.ClaimStack(ctx, b); err != nil {
+		t.Fatalf("claim after the first layer closed: %v", err)
+	}
+}

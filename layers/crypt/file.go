@@ -87,7 +87,7 @@ func (fs *FS) unref(ctx context.Context, s *fileState) {
 		if s.jf != nil {
 			s.jf.Release(ctx)
 			s.jf = nil
-			fs.Lower.Unlink(layer.WithCaller(ctx, layer.Self()), journalPath(s.ino.Ino))
+			fs.Lower.Unlink(layer.AsSelf(ctx), fs.journalPath(s.ino))
 		}
 	}
 }
@@ -149,7 +149,7 @@ func (fs *FS) newFile(ctx context.Context, path, lp string, lf layer.File, a *la
 		}
 	}
 	f := &file{fs: fs, lower: lf, st: fs.state(a.ID()), path: path, append: flags&unix.O_APPEND != 0}
-	if a.IsRegular() && fs.pendingJournal(a.Ino) {
+	if a.IsRegular() && fs.pendingJournal(a.ID()) {
 		f.st.mu.Lock()
 		err := f.recoverJournal(ctx, lp)
 		f.st.mu.Unlock()
@@ -1218,9 +1218,9 @@ func (f *file) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, flags ui
 	return f.lower.Setlk(ctx, owner, lk, flags, wait)
 }
 
-// Caps: keep-cache, as the layer assumes it is the only writer of its lower
-// directory (docs/crypt.md), so the kernel's cached plaintext stays right;
-// never passthrough, whatever the lower file offers.
+// Caps: keep-cache, as the layer assumes it is the only writer of its
+// lower directory (docs/crypt.md), so the kernel's cached plaintext stays
+// right; never passthrough (the lower bytes are ciphertext).
 func (f *file) Caps() layer.Caps { return layer.CapKeepCache }
 
 // PassthroughFd: the lower bytes are ciphertext.

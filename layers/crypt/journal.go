@@ -52,7 +52,18 @@ const (
 	journalRing  = 1 << 20
 )
 
-func journalPath(ino uint64) string { return journalDir + "/" + strconv.FormatUint(ino, 16) }
+// journalPath is the journal of the file whose lower identity is id: its
+// inode number in hex, and, for a file of another file system than the
+// lower's root (one mounted inside the lower) or of another branch, its
+// device and branch too, so that two files with equal inode numbers never
+// share a journal.
+func (fs *FS) journalPath(id layer.ID) string {
+	n := strconv.FormatUint(id.Ino, 16)
+	if id.Dev != fs.root.Dev || id.Branch != fs.root.Branch {
+		n += "-" + strconv.FormatUint(id.Dev, 16) + "-" + strconv.FormatUint(id.Branch, 16)
+	}
+	return journalDir + "/" + n
+}
 
 // jrec is a run of sealed blocks from block blk on.
 type jrec struct {
@@ -69,19 +80,17 @@ func (fs *FS) loadPending(ctx context.Context) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	for _, e := range ents {
-		if ino, err := strconv.ParseUint(e.Name, 16, 64); err == nil {
-			if fs.pending == nil {
-				fs.pending = map[uint64]bool{}
-			}
-			fs.pending[ino] = true
+		if fs.pending == nil {
+			fs.pending = map[string]bool{}
 		}
+		fs.pending[journalDir+"/"+e.Name] = true
 	}
 }
 
-func (fs *FS) pendingJournal(ino uint64) bool {
+func (fs *FS) pendingJournal(id layer.ID) bool {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	return fs.pending[ino]
+	return fs.pending[fs.journalPath(id)]
 }
 
 // writeJournal replaces the file's journal (the caller holds st.mu).
@@ -92,9 +101,9 @@ func (f *file) writeJournal(ctx context.Context, id []byte, lowerSize int64, rec
 	}
 	// The journal is the layer's own file, made as the daemon: the caller
 	// may be any user who can write the file.
-	ctx = layer.WithCaller(ctx, layer.Self())
+	ctx = layer.AsSelf(ctx)
 	if st.jf == nil {
-		p := journalPath(st.ino.Ino)
+		p := f.fs.journalPath(st.ino)
 		jf, _, err := f.fs.Lower.Create(ctx, p, syscall.O_RDWR|syscall.O_TRUNC, 0o600)
 		if errors.Is(err, syscall.ENOENT) {
 			if _, err = f.fs.Lower.Mkdir(ctx, journalDir, 0o700); err == nil || errors.Is(err, syscall.EEXIST) {
@@ -189,12 +198,12 @@ func parseJournal(b []byte) (seq uint64, id []byte, lowerSize int64, recs []jrec
 // lower path is lp (the caller holds st.mu), then removes it.
 func (f *file) recoverJournal(ctx context.Context, lp string) error {
 	// The journal is the layer's own file, not the caller's.
-	ctx = layer.WithCaller(ctx, layer.Self())
+	ctx = layer.AsSelf(ctx)
 	fs, c, st := f.fs, f.fs.c, f.st
-	p := journalPath(st.ino.Ino)
+	p := fs.journalPath(st.ino)
 	defer func() {
 		fs.mu.Lock()
-		delete(fs.pending, st.ino.Ino)
+		delete(fs.pending, p)
 		fs.mu.Unlock()
 	}()
 	jf, err := fs.Lower.Open(ctx, p, syscall.O_RDONLY)

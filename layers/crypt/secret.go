@@ -124,6 +124,27 @@ func RunExtpass(command string) ([]byte, error) {
 	return line, nil
 }
 
+// stdinIsData reports a standard input that is a pipe or a file (echo pass
+// | cairn mount ...): the secret is read from it, once, instead of asking.
+func stdinIsData() bool {
+	fi, err := os.Stdin.Stat()
+	return err == nil && (fi.Mode()&os.ModeNamedPipe != 0 || fi.Mode().IsRegular())
+}
+
+// readStdin reads the secret from the first line of standard input.
+func readStdin(what string) ([]byte, error) {
+	line, ok, _, err := readLine(os.Stdin)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("cannot read the %s from standard input: %w", what, err)
+	case !ok:
+		return nil, fmt.Errorf("the first line of standard input is longer than %d bytes", MaxSecret)
+	case len(line) == 0:
+		return nil, fmt.Errorf("no %s: standard input is empty (give it on the first line, or use a passphrase file)", what)
+	}
+	return line, nil
+}
+
 // Prompt asks on the terminal without echo; with confirm, twice.
 func Prompt(what string, confirm bool) ([]byte, error) {
 	tty, err := os.OpenFile("/dev/tty", os.O_RDWR, 0)
@@ -183,6 +204,8 @@ func GetSecret(passfile, extpass, what string, ask, confirm bool) ([]byte, error
 		return ReadPassfile(passfile)
 	case extpass != "":
 		return RunExtpass(extpass)
+	case ask && stdinIsData():
+		return readStdin(what)
 	case ask:
 		return Prompt(what, confirm)
 	}

@@ -23,9 +23,20 @@ const (
 	xattrValAD  = "cairn-crypt v1 xattr value "
 )
 
+// namespaces are the xattr namespaces Linux knows: a name in none of them
+// is refused as ext4 refuses it (EOPNOTSUPP), not stored encrypted.
+var namespaces = []string{xattrPrefix, trustedNS, "security.", "system."}
+
 func (fs *FS) xattrName(name string) (string, error) {
 	if name == "" {
 		return "", syscall.EINVAL
+	}
+	known := false
+	for _, ns := range namespaces {
+		known = known || strings.HasPrefix(name, ns)
+	}
+	if !known {
+		return "", syscall.EOPNOTSUPP
 	}
 	fs.xmu.Lock()
 	l, ok := fs.xnames[name]

@@ -306,3 +306,20 @@ func (c *fdCache) close() {
 	}
 	c.mounts = nil
 }
+
+// handleOf gives a file handle of fd, an open file of type typ (S_IFDIR or
+// S_IFREG), and the descriptor of its mount to reopen it with
+// (open_by_handle_at); false where handles do not work here.
+func (c *fdCache) handleOf(fd int, typ uint32) (unix.FileHandle, int, bool) {
+	if !c.handles {
+		return unix.FileHandle{}, -1, false
+	}
+	h, mnt, err := unix.NameToHandleAt(fd, "", unix.AT_EMPTY_PATH)
+	if err != nil {
+		return unix.FileHandle{}, -1, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, ok := c.mountFd(mnt, fd, typ)
+	return h, m, ok
+}

@@ -103,11 +103,11 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (done int, err 
 
 func (f *File) Getattr(ctx context.Context) (a layer.Attr, err error) {
 	err = f.with(func(fd int) error {
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
+		var st unix.Statx_t
+		if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, statxMask, &st); err != nil {
 			return err
 		}
-		a = layer.AttrFromStat(&st)
+		a = layer.AttrFromStatx(&st)
 		return nil
 	})
 	return a, err
@@ -270,13 +270,13 @@ func fromFlock(fl *unix.Flock_t) layer.Lock {
 	return lk
 }
 
-// Caps: the file's bytes are the lower file's; no keep-cache, as others
-// may change the lower directory.
-func (f *File) Caps() layer.Caps { return layer.CapPassthrough }
-
 // PassthroughFd returns a new descriptor of the file (a dup, sharing the
 // open file description), the caller's to close; the file's own may be
 // closed and reopened meanwhile (see fdCache).
+// Caps: the file's bytes are the lower's (passthrough); the directory may
+// change behind the mount, so the kernel does not keep its cache.
+func (f *File) Caps() layer.Caps { return layer.CapPassthrough }
+
 func (f *File) PassthroughFd() (int, bool) {
 	d := -1
 	err := f.with(func(fd int) (err error) {

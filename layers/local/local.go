@@ -138,12 +138,17 @@ func (fs *FS) openIn(path string, flags int, mode uint32) (fd int, err error) {
 	return fd, err
 }
 
+// statxMask asks for stat's attributes and the birth time, the generation
+// (layer.Attr.Gen): a file made after another's inode number was freed and
+// reused gets another identity.
+const statxMask = unix.STATX_BASIC_STATS | unix.STATX_BTIME
+
 func (fs *FS) lstatAt(dirfd int, name string) (layer.Attr, error) {
-	var st unix.Stat_t
-	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	var st unix.Statx_t
+	if err := unix.Statx(dirfd, name, unix.AT_SYMLINK_NOFOLLOW, statxMask, &st); err != nil {
 		return layer.Attr{}, err
 	}
-	return layer.AttrFromStat(&st), nil
+	return layer.AttrFromStatx(&st), nil
 }
 
 func (fs *FS) Getattr(ctx context.Context, path string) (a layer.Attr, err error) {
@@ -238,56 +243,12 @@ func fchmodat2(dfd int, name string, mode uint32, flags int) error {
 }
 
 func (fs *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirEntry, error) {
-	fd, err := fs.openIn(path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	d, err := fs.OpenDir(ctx, path)
 	if err != nil {
 		return nil, err
 	}
-	defer unix.Close(fd)
-	ents, err := readDirents(fd)
-	if err != nil || !plus {
-		return ents, err
-	}
-	for i := range ents {
-		if a, err := fs.lstatAt(fd, ents[i].Name); err == nil {
-			ents[i].Attr = &a
-		}
-	}
-	return ents, nil
-}
-
-// readDirents lists an open directory with getdents64.
-func readDirents(fd int) ([]layer.DirEntry, error) {
-	var out []layer.DirEntry
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := unix.Getdents(fd, buf)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if n <= 0 {
-			return out, nil
-		}
-		for b := buf[:n]; len(b) > 0; {
-			// struct linux_dirent64 { u64 ino; s64 off; u16 reclen; u8 type; char name[]; }
-			ino := *(*uint64)(unsafe.Pointer(&b[0]))
-			reclen := int(*(*uint16)(unsafe.Pointer(&b[16])))
-			typ := b[18]
-			name := b[19:reclen]
-			for i, c := range name {
-				if c == 0 {
-					name = name[:i]
-					break
-				}
-			}
-			b = b[reclen:]
-			if s := string(name); s != "." && s != ".." {
-				out = append(out, layer.DirEntry{Name: s, Ino: ino, Mode: uint32(typ) << 12})
-			}
-		}
-	}
+	defer d.Close()
+	return layer.ReadDirAll(ctx, d, plus)
 }
 
 // asCaller runs mk, which creates an object in directory dfd with the mode

@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"cairn/layer"
+	"cairn/layer/fanout"
 	"cairn/registry"
 )
 
@@ -165,17 +166,34 @@ func (m *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirEn
 		}
 		return out, nil
 	}
+	d, err := m.OpenDir(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return layer.ReadDirAll(ctx, d, plus)
+}
+
+// OpenDir streams a lower's listing, tagged with its branch; the root's
+// (the lowers' names) is listed whole.
+func (m *FS) OpenDir(ctx context.Context, path string) (layer.Dir, error) {
+	if path == "" {
+		return layer.ListedDir(m, ""), nil
+	}
 	i, p, err := m.index(path)
 	if err != nil {
 		return nil, err
 	}
-	ents, err := m.lowers[i].ReadDir(ctx, p, plus)
-	for _, e := range ents {
+	ld, err := layer.OpenDir(ctx, m.lowers[i], p)
+	if err != nil {
+		return nil, err
+	}
+	return layer.MapDir(ld, func(_ context.Context, e *layer.DirEntry) (bool, error) {
 		if e.Attr != nil {
 			layer.TagBranch(e.Attr, i, len(m.lowers))
 		}
-	}
-	return ents, err
+		return true, nil
+	}), nil
 }
 
 func (m *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (layer.Attr, error) {
@@ -330,7 +348,8 @@ func (m *FS) Removexattr(ctx context.Context, path, name string) error {
 	return l.Removexattr(ctx, p, name)
 }
 
-// Statfs of the root is the first lower's; below, each lower answers.
+// Statfs of the root sums the lowers' (fanout.Statfs); below, each lower
+// answers.
 func (m *FS) Statfs(ctx context.Context, path string) (layer.Statfs, error) {
 	if path != "" {
 		l, p, err := m.route(path)
@@ -339,12 +358,13 @@ func (m *FS) Statfs(ctx context.Context, path string) (layer.Statfs, error) {
 		}
 		return l.Statfs(ctx, p)
 	}
-	return m.lowers[0].Statfs(ctx, "")
+	return fanout.Statfs(ctx, m.lowers)
 }
 
+// SyncDir of the root syncs every lower's root.
 func (m *FS) SyncDir(ctx context.Context, path string) error {
 	if path == "" {
-		return nil
+		return fanout.All(fanout.Each(len(m.lowers), true, func(i int) error { return m.lowers[i].SyncDir(ctx, "") }))
 	}
 	l, p, err := m.route(path)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"cairn/layer"
 	"cairn/pathmatch"
 	"cairn/registry"
+	"cairn/spec"
 )
 
 // The options' checks, which cairn check runs too: everything New would
@@ -20,7 +21,7 @@ import (
 func checkOps(v any) error {
 	for _, op := range v.([]string) {
 		if !known(op) {
-			return fmt.Errorf("unknown operation %q%s (known: %s)", op, closest(op), strings.Join(layer.OpNames, ", "))
+			return fmt.Errorf("unknown operation %q%s (known: %s)", op, spec.DidYouMean(op, layer.OpNames), strings.Join(layer.OpNames, ", "))
 		}
 	}
 	return nil
@@ -29,15 +30,6 @@ func checkOps(v any) error {
 func checkPaths(v any) error {
 	_, err := pathmatch.NewSet(v.([]string), nil)
 	return err
-}
-
-func checkUids(v any) error {
-	for _, u := range v.([]string) {
-		if _, err := parseUid(u); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // checkLog refuses a log file that cannot be written: its directory must
@@ -63,41 +55,6 @@ func checkLog(v any) error {
 	return nil
 }
 
-// closest suggests the known operation nearest to op.
-func closest(op string) string {
-	best, bestD := "", 3
-	for _, n := range layer.OpNames {
-		if d := distance(op, n); d < bestD {
-			best, bestD = n, d
-		}
-	}
-	if best == "" {
-		return ""
-	}
-	return fmt.Sprintf(" (did you mean %q?)", best)
-}
-
-// distance is the Levenshtein distance of a and b.
-func distance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			c := 1
-			if a[i-1] == b[j-1] {
-				c = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+c)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
-}
-
 func init() {
 	registry.Register(registry.Type{
 		Name:      "snoop",
@@ -109,7 +66,7 @@ func init() {
 				Help: "where records go: file (the log option; the default), stdout (with cairn mount -f) or syslog"},
 			{Name: "ops", Kind: registry.List, Help: "log only these operations (open, read, rename, ...; default all)", Check: checkOps},
 			{Name: "paths", Kind: registry.List, Help: "log only paths matching one of these patterns (default all)", Check: checkPaths},
-			{Name: "uids", Kind: registry.List, Help: "log only these users, by number or name (default all)", Check: checkUids},
+			{Name: "uids", Kind: registry.List, Help: "log only these users, by number or name (default all)", Check: registry.Each(registry.UserID)},
 			{Name: "io", Kind: registry.Bool, Default: false,
 				Help: "log every read and write: turns kernel passthrough off for the files under this layer"},
 			{Name: "queue", Kind: registry.Int, Default: int64(8192),

@@ -23,12 +23,11 @@ package snoop
 import (
 	"context"
 	"fmt"
-	"os/user"
-	"strconv"
 	"time"
 
 	"cairn/layer"
 	"cairn/pathmatch"
+	"cairn/registry"
 )
 
 // Options configure a snoop layer.
@@ -83,7 +82,7 @@ func New(lower layer.FS, o Options) (*FS, error) {
 	if len(o.Uids) > 0 {
 		fs.uids = map[uint32]bool{}
 		for _, u := range o.Uids {
-			uid, err := parseUid(u)
+			uid, err := registry.UserID(u)
 			if err != nil {
 				return nil, fmt.Errorf("snoop: uids: %w", err)
 			}
@@ -137,16 +136,4 @@ func known(op string) bool {
 		}
 	}
 	return false
-}
-
-func parseUid(s string) (uint32, error) {
-	if n, err := strconv.ParseUint(s, 10, 32); err == nil {
-		return uint32(n), nil
-	}
-	u, err := user.Lookup(s)
-	if err != nil {
-		return 0, fmt.Errorf("%q is neither a uid nor a user name", s)
-	}
-	n, err := strconv.ParseUint(u.Uid, 10, 32)
-	return uint32(n), err
 }

@@ -1,0 +1,118 @@
+package conformance_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"cairn/internal/conformance"
+	"cairn/internal/mounttest"
+	"cairn/layer"
+	"cairn/layers/acl"
+	"cairn/layers/codec"
+	"cairn/layers/crypt"
+	"cairn/layers/local"
+	"cairn/layers/mux"
+	"cairn/layers/null"
+	"cairn/layers/snoop"
+)
+
+// stacks is the table: every layer type, and the pairs that matter. A new
+// layer adds one line.
+var stacks = []conformance.Stack{
+	{Name: "null", Build: func(t testing.TB, d string) layer.FS { return null.New(lower(t, d)) }, Plain: true},
+	{Name: "snoop", Build: func(t testing.TB, d string) layer.FS { return snoopOver(t, lower(t, d)) }, Plain: true},
+	{Name: "acl", Build: func(t testing.TB, d string) layer.FS { return aclOver(lower(t, d)) }, Plain: true},
+	{Name: "crypt", Build: func(t testing.TB, d string) layer.FS { return cryptOver(t, lower(t, d)) }, Limits: cryptLimits},
+	{Name: "zstd", Build: codecOver("zstd"), Limits: holes("codec")},
+	{Name: "gzip", Build: codecOver("gzip"), Limits: holes("codec")},
+	{Name: "lz4", Build: codecOver("lz4"), Limits: holes("codec")},
+	{Name: "copy", Build: codecOver("copy"), Limits: holes("codec")},
+	{Name: "uuencode", Build: codecOver("uuencode"), Limits: holes("codec")},
+	{Name: "mux", Build: muxTmpfsDisk, Dirs: []string{"tmp", "disk"}, Limits: onTmpfs},
+	{Name: "null-tmpfs-inside", Setup: tmpfsInside, Build: func(t testing.TB, d string) layer.FS { return null.New(lower(t, d)) }, Dirs: []string{"", "sub"}, Limits: onTmpfs},
+	{Name: "snoop-crypt", Build: func(t testing.TB, d string) layer.FS { return snoopOver(t, cryptOver(t, lower(t, d))) }, Limits: cryptLimits},
+	{Name: "acl-zstd", Build: func(t testing.TB, d string) layer.FS { return aclOver(codecOver("zstd")(t, d)) }, Limits: holes("codec")},
+	{Name: "null-mux", Build: func(t testing.TB, d string) layer.FS { return null.New(muxTmpfsDisk(t, d)) }, Dirs: []string{"tmp", "disk"}, Limits: onTmpfs},
+}
+
+func TestConformance(t *testing.T) {
+	for _, s := range stacks {
+		t.Run(s.Name, func(t *testing.T) { conformance.Run(t, s) })
+	}
+}
+
+func holes(why string) map[conformance.Limit]string {
+	return map[conformance.Limit]string{conformance.Holes: why + " stores whole chunks: SEEK_DATA/SEEK_HOLE and st_blocks show no holes"}
+}
+
+// onTmpfs: a stack with a tmpfs for (part of) its lower shows what tmpfs
+// cannot do.
+var onTmpfs = map[conformance.Limit]string{conformance.LowerTmpfs: "tmpfs has no FALLOC_FL_ZERO_RANGE, and a larger largest file than ext4"}
+
+// cryptLimits: crypt's chunks hide holes, and an xattr value is stored
+// encrypted under an encrypted name, with a nonce and a tag: about 100 bytes
+// more of the lower's one block for a file's xattrs.
+var cryptLimits = map[conformance.Limit]string{
+	conformance.Holes:         "crypt stores whole chunks: SEEK_DATA/SEEK_HOLE and st_blocks show no holes",
+	conformance.XattrOverhead: "crypt stores a value with a 24-byte nonce and a 16-byte tag under a longer, encrypted name",
+}
+
+func lower(t testing.TB, d string) layer.FS {
+	l, err := local.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func snoopOver(t testing.TB, l layer.FS) layer.FS {
+	s, err := snoop.New(l, snoop.Options{Output: "file", Log: filepath.Join(t.TempDir(), "log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func aclOver(l layer.FS) layer.FS { return acl.New(l, &acl.Rules{Default: true}, false, false) }
+
+func cryptOver(t testing.TB, l layer.FS) layer.FS {
+	pass := []byte("conformance")
+	ctx := context.Background()
+	if _, err := crypt.Init(ctx, l, crypt.InitParams{KDF: crypt.KDF{Name: crypt.Scrypt, N: crypt.ScryptMinN, R: 8, P: 1}}, pass); err != nil {
+		t.Fatal(err)
+	}
+	c, err := crypt.Unlock(ctx, l, pass, false, crypt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func codecOver(kind string) func(t testing.TB, d string) layer.FS {
+	return func(t testing.TB, d string) layer.FS {
+		c, err := codec.New(lower(t, d), kind, codec.Options{Level: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+}
+
+// muxTmpfsDisk is mux over two file systems: a new tmpfs ("tmp") and the
+// lower directory on the root file system ("disk").
+func muxTmpfsDisk(t testing.TB, d string) layer.FS {
+	tmp := mounttest.Tmpfs(t, "")
+	m, err := mux.New([]layer.FS{lower(t, tmp), lower(t, d)}, []string{"tmp", "disk"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// tmpfsInside makes the lower a tmpfs with another tmpfs at sub: both count
+// inode numbers from the start, so files of the two share numbers.
+func tmpfsInside(t testing.TB, d string) {
+	mounttest.Tmpfs(t, d)
+	mounttest.Tmpfs(t, filepath.Join(d, "sub"))
+}

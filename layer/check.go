@@ -1,0 +1,151 @@
+package layer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// Layers that keep state of their own in the lower (an index, a journal,
+// side data) take part in `cairn fsck` and in the claim that keeps two
+// processes from serving one lower, through two optional interfaces of FS,
+// which tools find by walking the stack (Walk), as they find Reopener.
+
+// Claimer is a layer whose lower files one process at a time may serve:
+// its engine keeps their state in memory. Claim locks the lower for as long
+// as the layer is open, or fails with an *InUseError.
+type Claimer interface {
+	Claim(ctx context.Context) error
+}
+
+// InUseError says that another process serves (or checks) a layer's lower.
+type InUseError struct {
+	Layer string // the layer's type or name, for messages
+	Dir   string // its lower directory, if known
+}
+
+func (e *InUseError) Error() string {
+	where := ""
+	if e.Dir != "" {
+		where = " in " + e.Dir
+	}
+	return fmt.Sprintf("the files of the %s layer%s are in use by another cairn process (a mount of this stack, or an fsck): unmount it first ('cairn umount MOUNTPOINT')", e.Layer, where)
+}
+
+// ClaimStack claims every Claimer of the stack under top, bottom first.
+func ClaimStack(ctx context.Context, top FS) error {
+	var err error
+	Walk(top, func(l FS) {
+		if c, ok := l.(Claimer); ok && err == nil {
+			err = c.Claim(ctx)
+		}
+	})
+	return err
+}
+
+// LockLower takes an exclusive advisory lock (flock) on the root directory
+// of lower, held until release is called, for a Claimer. A lower whose
+// root gives no descriptor (a layer that changes data) is not locked:
+// release is then a no-op. name names the layer in an *InUseError.
+func LockLower(ctx context.Context, lower FS, name string) (release func(), err error) {
+	d, err := lower.Open(ctx, "", unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return func() {}, nil
+	}
+	fd, ok := d.PassthroughFd()
+	if !ok || fd < 0 {
+		d.Release(ctx)
+		return func() {}, nil
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		unix.Close(fd)
+		d.Release(ctx)
+		if err == unix.EWOULDBLOCK {
+			return nil, &InUseError{Layer: name, Dir: LowerDir(lower)}
+		}
+		return nil, fmt.Errorf("locking the %s layer's lower directory: %w", name, err)
+	}
+	return func() { unix.Close(fd); d.Release(context.Background()) }, nil
+}
+
+// LowerDir names the directory at the bottom of a chain of one-lower
+// layers, for messages ("" if there is none).
+func LowerDir(l FS) string {
+	for l != nil {
+		if r, ok := l.(interface{ Root() string }); ok {
+			return r.Root()
+		}
+		ls := l.Lowers()
+		if len(ls) != 1 {
+			return ""
+		}
+		l = ls[0]
+	}
+	return ""
+}
+
+// CheckMode says what a Checker may change.
+type CheckMode int
+
+const (
+	// CheckOnly changes nothing.
+	CheckOnly CheckMode = iota
+	// Repair rebuilds what can be rebuilt without losing a byte.
+	Repair
+	// RepairForce also drops what cannot be read back, keeping a copy.
+	RepairForce
+)
+
+// Checker is a layer that `cairn fsck` checks: Fsck goes over every file
+// the layer keeps state for, repairing as mode allows, calls progress
+// before each file and report after it, and sums up.
+type Checker interface {
+	Fsck(ctx context.Context, mode CheckMode, progress func(done, total int, path string), report func(FileReport)) (CheckSummary, error)
+}
+
+// FileReport is what a check found, and changed, in one file.
+type FileReport struct {
+	Path string
+	// Text is the report as fsck prints it (one or more lines).
+	Text string
+	// Err says the file could not be checked at all.
+	Err      error
+	OK       bool // consistent and readable
+	Repaired bool
+	// Dropped says a forced repair gave up data (a copy is in the
+	// summary's LostFound).
+	Dropped bool
+	// Problems and Damaged count what is left: inconsistencies a repair
+	// would fix, and data that cannot be read back.
+	Problems, Damaged int
+}
+
+// CheckSummary sums up a Checker's run.
+type CheckSummary struct {
+	// Line is the summary fsck prints for the layer.
+	Line string
+	// Bad counts the files not OK (or not checked) after the run.
+	Bad int
+	// Dropped says data was given up; LostFound is where copies are.
+	Dropped   bool
+	LostFound string
+}
+
+// Checkers returns the stack's Checkers, bottom first.
+func Checkers(top FS) []Checker {
+	var cs []Checker
+	Walk(top, func(l FS) {
+		if c, ok := l.(Checker); ok {
+			cs = append(cs, c)
+		}
+	})
+	return cs
+}
+
+// ErrInUse matches an *InUseError with errors.Is.
+var ErrInUse = errors.New("in use by another cairn process")
+
+// Is makes errors.Is(err, ErrInUse) true.
+func (e *InUseError) Is(target error) bool { return target == ErrInUse }
