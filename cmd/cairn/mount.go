@@ -131,6 +131,11 @@ Flags:
 	}
 
 	readyFd := os.Getenv(daemonEnv)
+	if !m.foreground {
+		if err := needsForeground(s); err != nil {
+			return fail(err, exitUsage)
+		}
+	}
 	if !m.foreground && readyFd == "" {
 		// Secrets (passphrases) are asked for here, on the terminal,
 		// and go to the background process over a pipe.
@@ -253,6 +258,19 @@ func (m *mountFlags) source(specArg string, s *spec.Spec) string {
 		return m.fsname
 	}
 	return "cairn:" + fsName(specArg, s)
+}
+
+// needsForeground refuses a background mount of a stack with a layer that
+// writes to standard output (snoop's output = "stdout"): a background
+// process has none, and the records would be lost.
+func needsForeground(s *spec.Spec) error {
+	for _, name := range s.Order {
+		l := s.Layers[name]
+		if t := l.TypeInfo(); t != nil && t.Option("output") != nil && l.Values != nil && l.Values.String("output") == "stdout" {
+			return usagef("layer %q writes to standard output (output = \"stdout\"), which a background mount does not have: mount with -f, or use output = \"file\" with log = \"FILE\", or output = \"syslog\"", name)
+		}
+	}
+	return nil
 }
 
 // secretFlags puts -passfile or -extpass in place of the spec's for every

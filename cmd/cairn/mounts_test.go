@@ -181,6 +181,7 @@ func TestAdvice(t *testing.T) {
 		{[]string{"mont"}, 2, `unknown command "mont"; did you mean "mount"?`},
 		{[]string{"mount", "-log-file", "/nonexistent-dir/x.log", "null:" + lower, mnt}, 4, "cannot open log file: open /nonexistent-dir/x.log: no such file or directory"},
 		{[]string{"mount", "null:" + lower, file}, 4, "mountpoint " + file + " is a file, not a directory; choose a directory"},
+		{[]string{"mount", "snoop(output=stdout):" + lower, mnt}, 2, `layer "snoop" writes to standard output (output = "stdout"), which a background mount does not have: mount with -f`},
 		{[]string{"check", "zstd:null:" + rel + "/data"}, 3, `the layers of a chain are separated by "," (did you mean "zstd,null:` + rel + `/data"?)`},
 	} {
 		out, code := cairn(t, c.args...)
