@@ -144,6 +144,11 @@ func Checkers(top FS) []Checker {
 	return cs
 }
 
+// ErrWrongSecret says a passphrase or key does not open a layer's volume
+// (crypt's ErrWrongPassphrase and ErrWrongMasterKey match it): cairn exits
+// 7 for it, whichever command met it.
+var ErrWrongSecret = errors.New("wrong passphrase or key")
+
 // ErrInUse matches an *InUseError with errors.Is.
 var ErrInUse = errors.New("in use by another cairn process")
 

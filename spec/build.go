@@ -53,7 +53,7 @@ func (s *Spec) Build() (*Stack, error) {
 		}
 		fs, err := l.t.New(lowers, l.Values)
 		if err != nil {
-			return nil, &Error{Pos: l.Pos, Msg: fmt.Sprintf("layer %q (type %s): %v", name, l.t.Name, err)}
+			return nil, &Error{Pos: l.Pos, Msg: fmt.Sprintf("layer %q (type %s): %v", name, l.t.Name, err), Err: err}
 		}
 		for _, o := range l.t.Options {
 			if o.Kind == registry.Dir {

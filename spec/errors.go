@@ -26,12 +26,16 @@ func (p Pos) String() string {
 type Error struct {
 	Pos Pos
 	Msg string
+	// Err is the error of a layer's constructor, when that is the cause
+	// (errors.Is and As reach it).
+	Err error
 	// Line is the text of the line the position is in ("" when the error is
 	// about the whole spec); see Detail.
 	Line string
 }
 
 func (e *Error) Error() string { return e.Pos.String() + ": " + e.Msg }
+func (e *Error) Unwrap() error { return e.Err }
 
 // Detail is the error followed by its line of the spec and a caret under the
 // column, as `cairn check` prints it.

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 
+	"cairn/layer"
 	"cairn/spec"
 )
 
@@ -59,6 +61,9 @@ func specFailed(w io.Writer, arg string, err error) int {
 	fmt.Fprintln(w, spec.Detail(err))
 	if n := spec.Count(err); n > 1 {
 		fmt.Fprintf(w, "%d errors\n", n)
+	}
+	if errors.Is(err, layer.ErrWrongSecret) {
+		return exitSecret
 	}
 	return exitSpec
 }

@@ -300,7 +300,11 @@ Flags:
 	}
 	defer clear(pass)
 	if err := crypt.ChangePassphrase(context.Background(), lower, old, master, pass, kdf); err != nil {
-		return fail(fmt.Errorf("passwd: %v", err), exitFailed)
+		code := exitFailed
+		if errors.Is(err, layer.ErrWrongSecret) {
+			code = exitSecret
+		}
+		return fail(fmt.Errorf("passwd: %w", err), code)
 	}
 	fmt.Fprintf(os.Stdout, "cairn: the passphrase of layer %q is changed\n", l.Name)
 	return exitOK

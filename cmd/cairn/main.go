@@ -20,6 +20,7 @@ const (
 	exitSpec    = 3 // the spec is invalid
 	exitMount   = 4 // the mount could not be made
 	exitBusy    = 5 // the stack is in use (fsck of a mounted stack)
+	exitSecret  = 7 // wrong passphrase or key
 	exitUnknown = exitFailed
 )
 
@@ -119,6 +120,7 @@ Exit codes:
   4  the mount could not be made
   5  the stack is in use (fsck of a mounted stack)
   6  fsck --repair --force dropped data (kept in lost+found; see cairn fsck -h)
+  7  wrong passphrase or key (mount, fsck, passwd alike)
 `)
 }
 

@@ -195,6 +195,10 @@ Flags:
 	// (see local's FS.direct) whatever umask cairn was started with.
 	syscall.Umask(0)
 	stack, err := s.Build()
+	if errors.Is(err, layer.ErrWrongSecret) {
+		report("secret: " + err.Error())
+		return fail(err, exitSecret)
+	}
 	if err != nil {
 		report("spec: " + err.Error())
 		return fail(err, exitSpec)
@@ -561,8 +565,11 @@ func awaitReady(cmd *exec.Cmd, r io.ReadCloser) int {
 		return fail(fmt.Errorf("the background process failed: %v", err), exitMount)
 	}
 	kind, msg, _ := strings.Cut(report, ": ")
-	if kind == "spec" {
+	switch kind {
+	case "spec":
 		return fail(errors.New(msg), exitSpec)
+	case "secret":
+		return fail(errors.New(msg), exitSecret)
 	}
 	return fail(errors.New(msg), exitMount)
 }

@@ -113,6 +113,19 @@ func TestCommands(t *testing.T) {
 	if isMounted(mp) {
 		t.Fatal("mounted with a wrong passphrase")
 	}
+	// Exit 7 for a wrong passphrase, whichever command meets it.
+	if code != 7 {
+		t.Errorf("mount with a wrong passphrase: exit %d, want 7", code)
+	}
+	if out, code := e.run("mount", "-f", wrong, mp); code != 7 {
+		t.Errorf("mount -f with a wrong passphrase: exit %d, want 7 (%s)", code, out)
+	}
+	if out, code := e.run("fsck", wrong); code != 7 {
+		t.Errorf("fsck with a wrong passphrase: exit %d, want 7 (%s)", code, out)
+	}
+	if out, code := e.run("passwd", "--new-passfile", filepath.Join(e.dir, "good.secret"), wrong); code != 7 {
+		t.Errorf("passwd with a wrong passphrase: exit %d, want 7 (%s)", code, out)
+	}
 
 	// A passphrase change: the old one stops working, the new one opens
 	// the same data.

@@ -198,10 +198,16 @@ func (c *Config) check() error {
 
 // ErrWrongPassphrase and ErrWrongMasterKey say that a secret does not open
 // the configuration.
+// Both match layer.ErrWrongSecret.
 var (
-	ErrWrongPassphrase = errors.New("wrong passphrase")
-	ErrWrongMasterKey  = errors.New("wrong master key")
+	ErrWrongPassphrase = wrongSecret("wrong passphrase")
+	ErrWrongMasterKey  = wrongSecret("wrong master key")
 )
+
+type wrongSecret string
+
+func (e wrongSecret) Error() string        { return string(e) }
+func (e wrongSecret) Is(target error) bool { return target == layer.ErrWrongSecret }
 
 // subkey derives one of the volume's keys from the master key.
 func subkey(master []byte, purpose string, n int) []byte {
