@@ -15,6 +15,14 @@ import (
 // trusted.* name (ext4 refuses user.* on symlinks and device nodes, and
 // trusted.* is for root only, above as below); the value is sealed with a
 // random nonce and the lower name as associated data.
+//
+// POSIX ACLs (system.posix_acl_access and _default) are the exception: they
+// are stored as they are, as the lower's own ACLs, so that the lower derives
+// the mode from an access ACL and gives a new file or directory its parent's
+// default ACL, as for every other layer. They say which users may do what,
+// as the modes and owners do, which the lower shows too. An ACL that an
+// older version stored encrypted is still read, and replaced at the next
+// change.
 
 const (
 	xattrPrefix = "user."
@@ -60,10 +68,21 @@ func (fs *FS) xattrName(name string) (string, error) {
 	return l, nil
 }
 
+// isACL reports whether name is a POSIX ACL, stored in the clear.
+func isACL(name string) bool {
+	return name == "system.posix_acl_access" || name == "system.posix_acl_default"
+}
+
 func (fs *FS) Getxattr(ctx context.Context, path, name string, dest []byte) (int, error) {
 	lp, err := fs.lowerPath(ctx, path)
 	if err != nil {
 		return 0, err
+	}
+	if isACL(name) {
+		n, err := fs.Lower.Getxattr(ctx, lp, name, dest)
+		if !errors.Is(err, syscall.ENODATA) {
+			return n, err
+		}
 	}
 	lname, err := fs.xattrName(name)
 	if err != nil {
@@ -121,6 +140,13 @@ func (fs *FS) Setxattr(ctx context.Context, path, name string, value []byte, fla
 	if err != nil {
 		return err
 	}
+	if isACL(name) {
+		if err := fs.Lower.Setxattr(ctx, lp, name, value, flags); err != nil {
+			return err
+		}
+		fs.Lower.Removexattr(ctx, lp, lname) // an encrypted one of an older version
+		return nil
+	}
 	nonce := make([]byte, fs.meta.NonceSize())
 	if _, err := io.ReadFull(fs.rand, nonce); err != nil {
 		return randErr(err)
@@ -138,6 +164,13 @@ func (fs *FS) Removexattr(ctx context.Context, path, name string) error {
 	if err != nil {
 		return err
 	}
+	if isACL(name) {
+		err := fs.Lower.Removexattr(ctx, lp, name)
+		if err2 := fs.Lower.Removexattr(ctx, lp, lname); err2 == nil {
+			err = nil // an encrypted one of an older version
+		}
+		return err
+	}
 	return fs.Lower.Removexattr(ctx, lp, lname)
 }
 
@@ -151,7 +184,13 @@ func (fs *FS) Listxattr(ctx context.Context, path string, dest []byte) (int, err
 		return 0, err
 	}
 	var out []byte
+	acls := map[string]bool{}
 	for _, l := range bytes.Split(raw, []byte{0}) {
+		if isACL(string(l)) && !acls[string(l)] {
+			acls[string(l)] = true
+			out = append(append(out, l...), 0)
+			continue
+		}
 		enc, ok := strings.CutPrefix(string(l), xattrPrefix)
 		trusted := false
 		if !ok {
@@ -166,6 +205,12 @@ func (fs *FS) Listxattr(ctx context.Context, path string, dest []byte) (int, err
 		}
 		if err != nil {
 			return 0, corruptf("/"+path, "extended attribute name %s does not authenticate", l)
+		}
+		if isACL(name) {
+			if acls[name] {
+				continue // the lower's own ACL is listed
+			}
+			acls[name] = true
 		}
 		out = append(append(out, name...), 0)
 	}
