@@ -1,20 +1,15 @@
 package fusefs_test
 
 import (
-	"context"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"cairn/internal/mounttest"
 	"cairn/layer"
 	"cairn/layers/acl"
-	"cairn/layers/codec"
-	"cairn/layers/crypt"
 	"cairn/layers/local"
 	"cairn/layers/mux"
 	"cairn/layers/null"
-	"cairn/layers/snoop"
 )
 
 // capStack builds a stack over a local directory and says what its files
@@ -27,32 +22,9 @@ type capStack struct {
 }
 
 func capStacks() []capStack {
-	snoopOver := func(t *testing.T, l layer.FS) layer.FS {
-		s, err := snoop.New(l, snoop.Options{Log: filepath.Join(t.TempDir(), "log.jsonl")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
 	aclOver := func(l layer.FS) layer.FS { return acl.New(l, &acl.Rules{Default: true}, false, false) }
-	cryptOver := func(t *testing.T, l layer.FS) layer.FS {
-		pass := []byte("capabilities")
-		if _, err := crypt.Init(context.Background(), l, crypt.InitParams{KDF: crypt.KDF{Name: crypt.Scrypt, N: crypt.ScryptMinN, R: 8, P: 1}}, pass); err != nil {
-			t.Fatal(err)
-		}
-		fs, err := crypt.Unlock(context.Background(), l, pass, false, crypt.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return fs
-	}
-	codecOver := func(t *testing.T, l layer.FS, name string) layer.FS {
-		fs, err := codec.New(l, name, codec.Options{Level: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return fs
-	}
+	snoopOver := func(t *testing.T, l layer.FS) layer.FS { return newSnoop(t, l, false) }
+	cryptOver, codecOver := newCrypt, newCodec
 	return []capStack{
 		{name: "null", build: func(t *testing.T, l layer.FS) layer.FS { return null.New(l) }, passthrough: true},
 		{name: "snoop", build: snoopOver, passthrough: true},
@@ -136,20 +108,3 @@ func TestCapabilitiesPerFile(t *testing.T) {
 		})
 	}
 }
-
-// Every File wrapper forwards the capabilities it does not change.
-func TestFileWrappersForwardCaps(t *testing.T) {
-	for _, c := range []layer.Caps{0, layer.CapPassthrough, layer.CapKeepCache, layer.CapKeepCache | layer.CapDirectIO} {
-		f := &layer.BaseFile{Lower: capsFile{c: c}}
-		if got := f.Caps(); got != c {
-			t.Errorf("BaseFile: %v, want %v", got, c)
-		}
-	}
-}
-
-type capsFile struct {
-	layer.File
-	c layer.Caps
-}
-
-func (f capsFile) Caps() layer.Caps { return f.c }

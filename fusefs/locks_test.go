@@ -2,7 +2,6 @@ package fusefs_test
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -16,7 +15,6 @@ import (
 	"cairn/internal/mounttest"
 	"cairn/layer"
 	"cairn/layers/codec"
-	"cairn/layers/crypt"
 	"cairn/layers/local"
 	"cairn/layers/null"
 )
@@ -382,18 +380,7 @@ var lockStacks = []struct {
 	{"null", func(t *testing.T, lower string) layer.FS {
 		return null.New(newLocal(t, lower))
 	}},
-	{"crypt", func(t *testing.T, lower string) layer.FS {
-		l := newLocal(t, lower)
-		pass := []byte("lock test passphrase")
-		if _, err := crypt.Init(context.Background(), l, crypt.InitParams{KDF: crypt.KDF{Name: crypt.Scrypt, N: crypt.ScryptMinN, R: 8, P: 1}}, pass); err != nil {
-			t.Fatal(err)
-		}
-		fs, err := crypt.Unlock(context.Background(), l, pass, false, crypt.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return fs
-	}},
+	{"crypt", func(t *testing.T, lower string) layer.FS { return newCrypt(t, newLocal(t, lower)) }},
 	{"zstd", func(t *testing.T, lower string) layer.FS {
 		fs, err := codec.New(newLocal(t, lower), "zstd", codec.Options{Level: 1})
 		if err != nil {

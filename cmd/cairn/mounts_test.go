@@ -120,7 +120,7 @@ func TestMountDashO(t *testing.T) {
 			t.Errorf("mount options %q have %s after -o dev,suid", opts, not)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(mnt, "x"), nil, 0o644); !errorsIs(err, syscall.EROFS) {
+	if err := os.WriteFile(filepath.Join(mnt, "x"), nil, 0o644); !errors.Is(err, syscall.EROFS) {
 		t.Errorf("write on a ro mount: %v, want EROFS", err)
 	}
 	if out, code := cairn(t, "umount", mnt); code != 0 {
@@ -143,7 +143,6 @@ func TestMountDashO(t *testing.T) {
 	}
 }
 
-func errorsIs(err error, e syscall.Errno) bool { return errors.Is(err, e) }
 
 // TestMountDevSuid: -o dev,suid alone (no other flag set) lifts nodev and
 // nosuid too.

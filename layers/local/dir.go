@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"io"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -30,6 +31,9 @@ type dir struct {
 	next    uint64 // the cookie the next batch starts after
 	eof     bool
 }
+
+// dirBufs are getdents buffers, one per batch being read.
+var dirBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 type dirent struct {
 	e      layer.DirEntry
@@ -86,23 +90,27 @@ func (d *dir) fill(plus bool) error {
 	if _, err := unix.Seek(fd, int64(d.next), io.SeekStart); err != nil {
 		return err
 	}
-	buf := make([]byte, 32<<10)
-	var n int
-	var err error
-	for {
-		n, err = unix.Getdents(fd, buf)
-		if err != unix.EINTR {
+	// Fill the buffer while the directory is open: a small directory's
+	// end is then found now, not by reopening it for an empty batch.
+	bp := dirBufs.Get().(*[]byte)
+	defer dirBufs.Put(bp)
+	buf := *bp
+	n := 0
+	for len(buf)-n >= 1024 {
+		m, err := unix.Getdents(fd, buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if m <= 0 {
+			d.eof = true
 			break
 		}
-	}
-	if err != nil {
-		return err
+		n += m
 	}
 	d.ents, d.i, d.plus = d.ents[:0], 0, plus
-	if n <= 0 {
-		d.eof = true
-		return nil
-	}
 	for b := buf[:n]; len(b) > 0; {
 		// struct linux_dirent64 { u64 ino; s64 off; u16 reclen; u8 type; char name[]; }
 		ino := *(*uint64)(unsafe.Pointer(&b[0]))
