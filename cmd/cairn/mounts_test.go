@@ -143,7 +143,6 @@ func TestMountDashO(t *testing.T) {
 	}
 }
 
-
 // TestMountDevSuid: -o dev,suid alone (no other flag set) lifts nodev and
 // nosuid too.
 func TestMountDevSuid(t *testing.T) {
