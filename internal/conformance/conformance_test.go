@@ -33,6 +33,7 @@ var stacks = []conformance.Stack{
 	{Name: "null-tmpfs-inside", Setup: tmpfsInside, Build: func(t testing.TB, d string) layer.FS { return null.New(lower(t, d)) }, Dirs: []string{"", "sub"}, Limits: onTmpfs},
 	{Name: "snoop-crypt", Build: func(t testing.TB, d string) layer.FS { return snoopOver(t, cryptOver(t, lower(t, d))) }, Limits: cryptLimits},
 	{Name: "acl-zstd", Build: func(t testing.TB, d string) layer.FS { return aclOver(codecOver("zstd")(t, d)) }, Limits: holes("codec")},
+	{Name: "chain-zstd-crypt", Build: chainOver, Limits: holes("codec and crypt")},
 	{Name: "null-mux", Build: func(t testing.TB, d string) layer.FS { return null.New(muxTmpfsDisk(t, d)) }, Dirs: []string{"tmp", "disk"}, Limits: onTmpfs},
 }
 
@@ -87,6 +88,43 @@ func cryptOver(t testing.TB, l layer.FS) layer.FS {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// cryptContent is crypt's content encryption of a new volume (its
+// configuration kept outside d), storing files in d's lower.
+func cryptContent(t testing.TB, l layer.FS) *crypt.Content {
+	ctx := context.Background()
+	cl := lower(t, t.TempDir())
+	pass := []byte("conformance")
+	if _, err := crypt.Init(ctx, cl, crypt.InitParams{KDF: crypt.KDF{Name: crypt.Scrypt, N: crypt.ScryptMinN, R: 8, P: 1}}, pass); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := crypt.ReadConfig(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	master, err := cfg.Unwrap(pass)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := crypt.NewContent(l, cfg, master, crypt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// chainOver stores every file zstd-encoded, then encrypted, under its own
+// name: two transforms chained over one lower (layer.Transform), as a
+// chain of the chains layer stores a file.
+func chainOver(t testing.TB, d string) layer.FS {
+	l := lower(t, d)
+	mid := layer.NewTransformed(l, cryptContent(t, l))
+	z, err := codec.NewEngine(mid, "zstd", codec.Options{Level: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return layer.NewTransformed(mid, z)
 }
 
 func codecOver(kind string) func(t testing.TB, d string) layer.FS {
