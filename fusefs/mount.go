@@ -265,7 +265,7 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		// The node id is the inode number (inoMap): stable while the lower
 		// keeps the object, which file handles of the mount hold.
 		ExternalNodeID: true,
-		Logger:          log.New(&slogWriter{o.Logger}, "", 0),
+		Logger:         log.New(&slogWriter{o.Logger}, "", 0),
 	}
 	srv, err := fuse.NewServer(&rawFS{RawFileSystem: fs.NewNodeFS(st.root, opts), st: st}, mountpoint, &opts.MountOptions)
 	if err != nil {
