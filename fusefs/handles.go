@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"errors"
 	"io"
 	"strings"
 	"sync"
@@ -112,6 +113,9 @@ func (st *state) find(ctx context.Context, ino uint64, depth int) (string, sysca
 	p, err := layer.Find(ctx, st.top, id, []byte(o.h))
 	if err == nil {
 		return p, 0
+	}
+	if errors.Is(err, syscall.ENOTSUP) {
+		return "", syscall.ESTALE // a daemon without CAP_DAC_READ_SEARCH, or a lower without handles
 	}
 	if !layer.IsStale(err) {
 		return "", st.errno("find", "", err)
