@@ -3,7 +3,6 @@ package fusefs
 import (
 	"context"
 	"errors"
-	"io"
 	"strings"
 	"sync"
 	"syscall"
@@ -106,7 +105,7 @@ func (st *state) find(ctx context.Context, ino uint64, depth int) (string, sysca
 		return "", 0
 	}
 	id, ok := st.inos.id(ino)
-	if !ok || depth > 256 {
+	if !ok || depth > 64 {
 		return "", syscall.ESTALE
 	}
 	o, _ := st.known.get(ino)
@@ -120,36 +119,30 @@ func (st *state) find(ctx context.Context, ino uint64, depth int) (string, sysca
 	if !layer.IsStale(err) {
 		return "", st.errno("find", "", err)
 	}
-	if o.parent == 0 {
+	// The lower found the object but not its name: look for it in its
+	// last known directory, then from the root.
+	if o.parent != 0 {
+		if dir, errno := st.find(ctx, o.parent, depth+1); errno == 0 {
+			if p, err := layer.Search(ctx, st.top, id, dir, searchDir); err == nil {
+				return p, 0
+			}
+		}
+	}
+	if depth > 0 {
 		return "", syscall.ESTALE
 	}
-	// The lower found the file but not its name: look in its directory.
-	dir, errno := st.find(ctx, o.parent, depth+1)
-	if errno != 0 {
-		return "", errno
+	if p, err := layer.Search(ctx, st.top, id, "", searchTree); err == nil {
+		return p, 0
 	}
-	d, err := layer.OpenDir(ctx, st.top, dir)
-	if err != nil {
-		return "", syscall.ESTALE
-	}
-	defer d.Close()
-	for {
-		e, _, err := d.Next(ctx, false)
-		if err == io.EOF {
-			return "", syscall.ESTALE
-		}
-		if err != nil {
-			return "", st.errno("find", dir, err)
-		}
-		if e.Ino != id.Ino {
-			continue
-		}
-		p := layer.Join(dir, e.Name)
-		if a, err := st.top.Getattr(ctx, p); err == nil && a.Dev == id.Dev && a.Branch == id.Branch && a.Ino == id.Ino {
-			return p, 0
-		}
-	}
+	return "", syscall.ESTALE
 }
+
+// How many entries find goes through looking for an object whose name the
+// lower does not know: in its last known directory, and in the tree.
+const (
+	searchDir  = 1 << 20
+	searchTree = 1 << 16
+)
 
 var (
 	_ fs.NodeLookupNoder    = (*node)(nil)

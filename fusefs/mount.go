@@ -300,19 +300,26 @@ func (r *rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut)
 }
 
 // Lookup: go-fuse answers a lookup of "." in a node it still has (a file
-// handle of a node the kernel forgot, see handles.go) with the node even
-// when its object is gone (removed): such a handle is stale, as on ext4.
+// handle of a node the kernel forgot, see handles.go) with that node even
+// when it has no path: its object was removed (the handle is stale, as on
+// ext4), or the kernel's FORGET of it came first and took it out of the
+// tree. The lookup's count is given back, and the lookup asked once more:
+// a node go-fuse has forgotten is found again (LookupNode).
 func (r *rawFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
-	s := r.RawFileSystem.Lookup(cancel, h, name, out)
-	if name != "." || !s.Ok() {
-		return s
+	for try := 0; ; try++ {
+		s := r.RawFileSystem.Lookup(cancel, h, name, out)
+		if name != "." || !s.Ok() {
+			return s
+		}
+		var a fuse.AttrOut
+		if g := r.RawFileSystem.GetAttr(cancel, &fuse.GetAttrIn{InHeader: fuse.InHeader{NodeId: out.NodeId, Caller: h.Caller}}, &a); g.Ok() {
+			return s
+		}
+		r.RawFileSystem.Forget(out.NodeId, 1)
+		if try > 0 {
+			return fuse.Status(syscall.ESTALE)
+		}
 	}
-	var a fuse.AttrOut
-	if g := r.RawFileSystem.GetAttr(cancel, &fuse.GetAttrIn{InHeader: fuse.InHeader{NodeId: out.NodeId, Caller: h.Caller}}, &a); !g.Ok() {
-		r.RawFileSystem.Forget(out.NodeId, 1) // the lookup's count, which the kernel will not forget
-		return fuse.Status(syscall.ESTALE)
-	}
-	return s
 }
 
 func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {

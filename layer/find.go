@@ -78,3 +78,39 @@ var ErrStale error = syscall.ESTALE
 func IsStale(err error) bool {
 	return errors.Is(err, syscall.ESTALE) || errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ENOTDIR)
 }
+
+// Search looks for the object with identity id by its inode number in the
+// listings of fs's directories, breadth first from dir (the object's last
+// known directory, or the root ""), going through at most budget entries:
+// how an object is found whose name its lower no longer knows (a file
+// opened by handle after the lower dropped its name from its caches). It
+// returns the path of the first entry that is the object, ESTALE when none
+// was found within the budget.
+func Search(ctx context.Context, fs FS, id ID, dir string, budget int) (string, error) {
+	queue := []string{dir}
+	for len(queue) > 0 && budget > 0 {
+		dir, queue = queue[0], queue[1:]
+		d, err := OpenDir(ctx, fs, dir)
+		if err != nil {
+			continue
+		}
+		for ; budget > 0; budget-- {
+			e, _, err := d.Next(ctx, false)
+			if err != nil {
+				break
+			}
+			p := Join(dir, e.Name)
+			if e.Ino == id.Ino {
+				if a, err := fs.Getattr(ctx, p); err == nil && a.Dev == id.Dev && a.Branch == id.Branch && a.Ino == id.Ino {
+					d.Close()
+					return p, nil
+				}
+			}
+			if e.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+				queue = append(queue, p)
+			}
+		}
+		d.Close()
+	}
+	return "", syscall.ESTALE
+}
