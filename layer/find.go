@@ -49,7 +49,7 @@ func finder(fs FS) Finder {
 }
 
 // CanFind reports whether fs's stack can find objects by identity (see
-// Finder); CannotFind names the layer that cannot ("" when it can).
+// Finder).
 func CanFind(fs FS) bool { return finder(fs) != nil }
 
 // Handle is fs's Finder.Handle (through the layers that forward it).
@@ -69,10 +69,6 @@ func Find(ctx context.Context, fs FS, id ID, h []byte) (string, error) {
 	}
 	return f.Find(ctx, id, h)
 }
-
-// ErrStale is the answer of Find for an object that is gone or that cannot
-// be named.
-var ErrStale error = syscall.ESTALE
 
 // IsStale reports whether err says that an object cannot be found.
 func IsStale(err error) bool {
