@@ -860,3 +860,40 @@ func (fs *FS) SyncDir(ctx context.Context, path string) error {
 	}
 	return fs.Lower.SyncDir(ctx, d.lower)
 }
+
+// --- finding objects by identity (file handles of the mount) ---
+
+// Handle is layer.Finder's: the lower's, of the object's lower path.
+func (fs *FS) Handle(ctx context.Context, path string, id layer.ID) ([]byte, error) {
+	lp, err := fs.lowerPath(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	return layer.Handle(ctx, fs.Lower, lp, id)
+}
+
+// Find is layer.Finder's: the lower finds the object and its names are
+// decrypted, a directory at a time. A file of the layer's own is no object
+// of the stack (ESTALE).
+func (fs *FS) Find(ctx context.Context, id layer.ID, h []byte) (string, error) {
+	lp, err := layer.Find(ctx, fs.Lower, id, h)
+	if err != nil || lp == "" {
+		return "", err
+	}
+	p := ""
+	for _, lname := range strings.Split(lp, "/") {
+		if isOwn(lname) {
+			return "", syscall.ESTALE
+		}
+		d, err := fs.dir(ctx, p)
+		if err != nil {
+			return "", err
+		}
+		name, err := fs.decName(ctx, p, d, lname)
+		if err != nil {
+			return "", err
+		}
+		p = layer.Join(p, name)
+	}
+	return p, nil
+}
