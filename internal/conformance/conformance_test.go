@@ -8,6 +8,7 @@ import (
 	"cairn/internal/conformance"
 	"cairn/internal/mounttest"
 	"cairn/layer"
+	"cairn/layer/fanout"
 	"cairn/layers/acl"
 	"cairn/layers/codec"
 	"cairn/layers/crypt"
@@ -15,6 +16,7 @@ import (
 	"cairn/layers/mux"
 	"cairn/layers/null"
 	"cairn/layers/snoop"
+	"cairn/layers/union"
 )
 
 // stacks is the table: every layer type, and the pairs that matter. A new
@@ -34,6 +36,7 @@ var stacks = []conformance.Stack{
 	{Name: "snoop-crypt", Build: func(t testing.TB, d string) layer.FS { return snoopOver(t, cryptOver(t, lower(t, d))) }, Limits: cryptLimits},
 	{Name: "acl-zstd", Build: func(t testing.TB, d string) layer.FS { return aclOver(codecOver("zstd")(t, d)) }, Limits: holes("codec")},
 	{Name: "chain-zstd-crypt", Build: chainOver, Limits: holes("codec and crypt")},
+	{Name: "union", Build: unionOver, Limits: map[conformance.Limit]string{conformance.NoWhiteout: "a whiteout is the union's own (overlayfs refuses it too)"}},
 	{Name: "null-mux", Build: func(t testing.TB, d string) layer.FS { return null.New(muxTmpfsDisk(t, d)) }, Dirs: []string{"tmp", "disk"}, Limits: onTmpfs},
 }
 
@@ -88,6 +91,17 @@ func cryptOver(t testing.TB, l layer.FS) layer.FS {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// unionOver is a union of d (read-write) over a read-only branch with a
+// few files of its own, outside the directories the cases use.
+func unionOver(t testing.TB, d string) layer.FS {
+	lo := t.TempDir()
+	u, err := union.New([]fanout.Branch{{FS: lower(t, d), Mode: fanout.RW}, {FS: lower(t, lo), Mode: fanout.RO}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }
 
 // cryptContent is crypt's content encryption of a new volume (its

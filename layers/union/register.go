@@ -1,0 +1,60 @@
+package union
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"cairn/layer"
+	"cairn/layer/fanout"
+	"cairn/registry"
+)
+
+func init() {
+	registry.Register(registry.Type{
+		Name:      "union",
+		Summary:   "merges its lowers, first first, with copy-up, whiteouts and opaque directories in overlayfs's format (Unionfs)",
+		MinLowers: 2, MaxLowers: -1,
+		Changes: layer.ChangesPlacement,
+		Lacks:   layer.FSRenameWhiteout,
+		Options: []registry.Option{
+			{Name: "modes", Kind: registry.List,
+				Help:  "each lower's mode, in order: RW (read-write), RO (read-only) or NC (no create: written, but new objects go elsewhere); default RW for the first, RO for the others (overlayfs's upper and lowers)",
+				Check: registry.Each(func(s string) (fanout.Mode, error) { return fanout.ParseMode(s) })},
+			{Name: "create", Kind: registry.String, Default: "ff", Allowed: fanout.PolicyNames(),
+				Help: "where a new object goes among the RW lowers that would show it: " + strings.Join(fanout.PolicyNames(), ", ") + " (mergerfs's create policies)"},
+		},
+		Check: func(o registry.Values, lowers int) error {
+			modes := o.List("modes")
+			if len(modes) != 0 && len(modes) != lowers {
+				return &registry.OptionError{Option: "modes", Err: fmt.Errorf("%d modes for %d lowers: give one mode for each layer of over, in order", len(modes), lowers)}
+			}
+			return nil
+		},
+		New: func(l []layer.FS, o registry.Values) (layer.FS, error) {
+			bs := make([]fanout.Branch, len(l))
+			modes := o.List("modes")
+			for i := range l {
+				bs[i] = fanout.Branch{FS: l[i], Mode: fanout.RO}
+				if i == 0 {
+					bs[i].Mode = fanout.RW
+				}
+				if len(modes) != 0 {
+					m, err := fanout.ParseMode(modes[i])
+					if err != nil {
+						return nil, err
+					}
+					bs[i].Mode = m
+				}
+			}
+			if len(modes) != 0 && len(modes) != len(l) {
+				return nil, errors.New("union: one mode for each lower")
+			}
+			p, err := fanout.PolicyByName(o.String("create"))
+			if err != nil {
+				return nil, err
+			}
+			return New(bs, p)
+		},
+	})
+}
