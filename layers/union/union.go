@@ -63,6 +63,19 @@ func New(branches []fanout.Branch, policy fanout.Policy) (*FS, error) {
 	if policy == nil {
 		policy = fanout.Policies["ff"]
 	}
+	// Two branches that are one directory would copy a file up onto
+	// itself.
+	seen := map[layer.ID]int{}
+	for i, b := range branches {
+		a, err := b.FS.Getattr(layer.AsSelf(context.Background()), "")
+		if err != nil {
+			return nil, fmt.Errorf("union: branch %d: %w", i+1, err)
+		}
+		if j, dup := seen[a.ID()]; dup {
+			return nil, fmt.Errorf("union: branches %d and %d are the same directory", j+1, i+1)
+		}
+		seen[a.ID()] = i
+	}
 	return &FS{b: branches, policy: policy, log: slog.Default(), dirs: map[string][]int{}}, nil
 }
 
