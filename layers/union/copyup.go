@@ -51,6 +51,13 @@ func (u *FS) copyUp(ctx context.Context, path string, o *obj) (int, error) {
 	if err == nil {
 		err = copyMeta(self, src, dst, path, tmp, &a)
 	}
+	if err == nil && a.Nlink == 1 {
+		// The copy keeps the original's identity (see origin).
+		err = u.meta[i].Set(self, tmp, "origin", encodeID(o.a.ID()))
+		if errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.EPERM) && a.IsSymlink() {
+			err = nil // no side data here: the copy has an identity of its own
+		}
+	}
 	if err == nil {
 		err = dst.Rename(self, tmp, path, 0)
 	}
@@ -162,7 +169,7 @@ func copyXattrs(ctx context.Context, src, dst layer.FS, path, tmp string) error 
 		return err
 	}
 	for _, name := range strings.Split(string(list[:n]), "\x00") {
-		if name == "" || strings.HasPrefix(name, xattrPrefix) {
+		if name == "" || strings.HasPrefix(name, xattrPrefix) || strings.Contains(name, ".cairn.union.") {
 			continue
 		}
 		vn, err := src.Getxattr(ctx, path, name, nil)

@@ -15,6 +15,7 @@ package union
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,6 +42,7 @@ const (
 // FS is a union layer.
 type FS struct {
 	b      []fanout.Branch
+	meta   []*layer.Meta // the union's side data on each branch's objects (origin)
 	policy fanout.Policy
 	log    *slog.Logger
 
@@ -76,7 +78,11 @@ func New(branches []fanout.Branch, policy fanout.Policy) (*FS, error) {
 		}
 		seen[a.ID()] = i
 	}
-	return &FS{b: branches, policy: policy, log: slog.Default(), dirs: map[string][]int{}}, nil
+	u := &FS{b: branches, policy: policy, log: slog.Default(), dirs: map[string][]int{}}
+	for _, b := range branches {
+		u.meta = append(u.meta, layer.NewMeta(b.FS, "union"))
+	}
+	return u, nil
 }
 
 var _ layer.FS = (*FS)(nil)
@@ -109,6 +115,7 @@ func (u *FS) FSCaps() layer.FSCaps {
 type obj struct {
 	br []int
 	a  layer.Attr
+	id *layer.ID // a copy's recorded origin, shown as its identity
 }
 
 func (o *obj) top() int { return o.br[0] }
@@ -209,8 +216,38 @@ func (u *FS) resolve(ctx context.Context, path string) (*obj, error) {
 		o.a.Nlink = 1 // merged: unknown, as overlayfs says (find knows)
 	}
 	layer.TagBranch(&o.a, o.top(), len(u.b))
+	if id, ok := u.origin(ctx, o.top(), path, &o.a); ok {
+		o.id = &id
+		setID(&o.a, id)
+	}
 	return o, nil
 }
+
+// A copied-up file keeps the identity (inode number) of the file it was
+// copied from, as overlayfs's copies do: the copy records it as side data
+// ("origin": the ID the union gave the original, 32 bytes). Only a file of
+// one link records it: another name of the original would otherwise show a
+// different file under the same identity.
+
+func encodeID(id layer.ID) []byte {
+	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(
+		binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, id.Dev), id.Branch), id.Ino), id.Gen)
+}
+
+// origin is the recorded identity of a non-directory on writable branch i.
+func (u *FS) origin(ctx context.Context, i int, path string, a *layer.Attr) (layer.ID, bool) {
+	if a.IsDir() || !u.writable(i) {
+		return layer.ID{}, false
+	}
+	v, err := u.meta[i].Get(ctx, path, "origin")
+	if err != nil || len(v) != 32 {
+		return layer.ID{}, false
+	}
+	be := binary.BigEndian
+	return layer.ID{Dev: be.Uint64(v), Branch: be.Uint64(v[8:]), Ino: be.Uint64(v[16:]), Gen: be.Uint64(v[24:])}, true
+}
+
+func setID(a *layer.Attr, id layer.ID) { a.Dev, a.Branch, a.Ino, a.Gen = id.Dev, id.Branch, id.Ino, id.Gen }
 
 // branchErr logs an error of branch i that is not about the name, naming
 // the branch.
@@ -286,8 +323,14 @@ func (u *FS) Readlink(ctx context.Context, path string) (string, error) {
 	return u.b[o.top()].FS.Readlink(ctx, path)
 }
 
+// own reports whether an xattr name is the union's (overlayfs's marks,
+// the side data): not shown, listed, set or removed through the union.
+func (u *FS) own(name string) bool {
+	return strings.HasPrefix(name, xattrPrefix) || u.meta[0].Owns(name)
+}
+
 func (u *FS) Getxattr(ctx context.Context, path, name string, dest []byte) (int, error) {
-	if strings.HasPrefix(name, xattrPrefix) {
+	if u.own(name) {
 		return 0, syscall.ENODATA
 	}
 	o, err := u.resolve(ctx, path)
@@ -314,7 +357,7 @@ func (u *FS) Listxattr(ctx context.Context, path string, dest []byte) (int, erro
 	}
 	var out []byte
 	for _, x := range strings.Split(string(buf[:n]), "\x00") {
-		if x != "" && !strings.HasPrefix(x, xattrPrefix) {
+		if x != "" && !u.own(x) {
 			out = append(append(out, x...), 0)
 		}
 	}
@@ -359,26 +402,34 @@ func (u *FS) SyncDir(ctx context.Context, path string) error {
 
 // ---- open files ----------------------------------------------------------------
 
-// file tags an open file of branch i.
+// file tags an open file of branch i, or gives it its origin's identity.
 type file struct {
 	layer.BaseFile
 	i, n int
+	id   *layer.ID
+}
+
+func (f *file) tag(a *layer.Attr) {
+	layer.TagBranch(a, f.i, f.n)
+	if f.id != nil {
+		setID(a, *f.id)
+	}
 }
 
 func (f *file) Getattr(ctx context.Context) (layer.Attr, error) {
 	a, err := f.Lower.Getattr(ctx)
-	layer.TagBranch(&a, f.i, f.n)
+	f.tag(&a)
 	return a, err
 }
 
 func (f *file) Setattr(ctx context.Context, in *layer.SetAttr) (layer.Attr, error) {
 	a, err := f.Lower.Setattr(ctx, in)
-	layer.TagBranch(&a, f.i, f.n)
+	f.tag(&a)
 	return a, err
 }
 
-func (u *FS) file(i int, f layer.File) layer.File {
-	return &file{BaseFile: layer.BaseFile{Lower: f}, i: i, n: len(u.b)}
+func (u *FS) file(i int, f layer.File, id *layer.ID) layer.File {
+	return &file{BaseFile: layer.BaseFile{Lower: f}, i: i, n: len(u.b), id: id}
 }
 
 func writes(flags int) bool {
@@ -390,17 +441,21 @@ func (u *FS) Open(ctx context.Context, path string, flags int) (layer.File, erro
 	if err != nil {
 		return nil, err
 	}
-	i := o.top()
-	if writes(flags) && !o.a.IsDir() {
+	i, id := o.top(), o.id
+	if writes(flags) && !o.a.IsDir() && !u.writable(i) {
 		if i, err = u.copyUp(ctx, path, o); err != nil {
 			return nil, err
+		}
+		if o.a.Nlink == 1 {
+			x := o.a.ID()
+			id = &x
 		}
 	}
 	f, err := u.b[i].FS.Open(ctx, path, flags)
 	if err != nil {
 		return nil, err
 	}
-	return u.file(i, f), nil
+	return u.file(i, f, id), nil
 }
 
 // ---- changes ---------------------------------------------------------------------
@@ -413,8 +468,14 @@ func (u *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (layer
 		return layer.Attr{}, err
 	}
 	a, err := u.b[i].FS.Setattr(ctx, path, in)
+	if err != nil {
+		return a, err
+	}
 	layer.TagBranch(&a, i, len(u.b))
-	return a, err
+	if id, ok := u.origin(ctx, i, path, &a); ok {
+		setID(&a, id)
+	}
+	return a, nil
 }
 
 // changing copies path up if it must be, and returns the branch where it
@@ -428,7 +489,7 @@ func (u *FS) changing(ctx context.Context, path string) (int, error) {
 }
 
 func (u *FS) Setxattr(ctx context.Context, path, name string, value []byte, flags int) error {
-	if strings.HasPrefix(name, xattrPrefix) {
+	if u.own(name) {
 		return syscall.EPERM
 	}
 	i, err := u.changing(ctx, path)
@@ -439,7 +500,7 @@ func (u *FS) Setxattr(ctx context.Context, path, name string, value []byte, flag
 }
 
 func (u *FS) Removexattr(ctx context.Context, path, name string) error {
-	if strings.HasPrefix(name, xattrPrefix) {
+	if u.own(name) {
 		return syscall.ENODATA
 	}
 	i, err := u.changing(ctx, path)
@@ -571,7 +632,7 @@ func (u *FS) Create(ctx context.Context, path string, flags int, mode uint32) (l
 		return nil, layer.Attr{}, err
 	}
 	layer.TagBranch(&a, i, len(u.b))
-	return u.file(i, f), a, nil
+	return u.file(i, f, nil), a, nil
 }
 
 // Mkdir over a whiteout makes an opaque directory: what was below the
@@ -644,6 +705,9 @@ func (u *FS) Link(ctx context.Context, oldpath, newpath string) (layer.Attr, err
 	var a layer.Attr
 	err = u.place(ctx, i, newpath, wh, func(p string) (err error) { a, err = u.b[i].FS.Link(ctx, oldpath, p); return err })
 	layer.TagBranch(&a, i, len(u.b))
+	if id, ok := u.origin(ctx, i, newpath, &a); ok && err == nil {
+		setID(&a, id)
+	}
 	return a, err
 }
 

@@ -122,6 +122,7 @@ func TestUnionCopyUpWhiteoutOpaque(t *testing.T) {
 	}
 
 	// A write copies up; the lower branch is not touched.
+	before, _ := os.Stat(m.Path("f"))
 	f, err := os.OpenFile(m.Path("f"), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -133,6 +134,9 @@ func TestUnionCopyUpWhiteoutOpaque(t *testing.T) {
 	}
 	if read(t, filepath.Join(lo, "f")) != "lower f\n" || read(t, filepath.Join(up, "f")) != "lower f\nupper\n" {
 		t.Fatal("the copy-up did not go to the upper branch alone")
+	}
+	if after, _ := os.Stat(m.Path("f")); ino(after) != ino(before) {
+		t.Fatalf("the copy-up changed f's inode number: %d, then %d", ino(before), ino(after))
 	}
 
 	// chmod of a lower file: copied up with its xattrs and owner, mode
@@ -213,12 +217,41 @@ func TestUnionCopyUpWhiteoutOpaque(t *testing.T) {
 	if err := os.Rename(m.Path("d"), m.Path("d2")); !errorIs(err, syscall.EXDEV) {
 		t.Fatalf("rename of a merged directory: %v", err)
 	}
-	// Objects of the two branches never share an inode number.
+	// A copy keeps its original's inode number (one link); objects of the
+	// two branches never share one.
+	var lst, ust unix.Stat_t
+	unix.Lstat(filepath.Join(lo, "d", "k"), &lst)
+	if err := unix.Lstat(m.Path("d", "k"), &ust); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(m.Path("f")); true {
+		// f was copied up while open: its inode number is the same as
+		// that of its first lookup, and of fstat on an open copy.
+		g, err := os.Open(m.Path("f"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		gi, _ := g.Stat()
+		g.Close()
+		if ino(gi) != ino(fi) {
+			t.Fatalf("fstat and stat of f: %d, %d", ino(gi), ino(fi))
+		}
+	}
+	if n, _ := unix.Listxattr(m.Path("d", "k"), make([]byte, 256)); n != len("user.note\x00") {
+		t.Fatalf("listxattr of a copy shows %d bytes: the union's side data leaks", n)
+	}
 	a, _ := os.Stat(m.Path("d", "k"))
 	b, _ := os.Stat(m.Path("sparse"))
 	c, _ := os.Stat(m.Path("d", "g"))
 	if ino(a) == ino(b) || ino(a) == ino(c) || ino(b) == ino(c) {
 		t.Fatal("two objects share an inode number")
+	}
+	// After a remount, copies keep their inode numbers.
+	fino, _ := os.Stat(m.Path("f"))
+	m.Unmount()
+	m = mountUnion(t, up, lo)
+	if again, err := os.Stat(m.Path("f")); err != nil || ino(again) != ino(fino) {
+		t.Fatalf("f after a remount: %v, inode %d, was %d", err, ino(again), ino(fino))
 	}
 	// Nothing temporary is left.
 	filepath.WalkDir(up, func(p string, e fs.DirEntry, err error) error {
