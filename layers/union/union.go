@@ -247,7 +247,9 @@ func (u *FS) origin(ctx context.Context, i int, path string, a *layer.Attr) (lay
 	return layer.ID{Dev: be.Uint64(v), Branch: be.Uint64(v[8:]), Ino: be.Uint64(v[16:]), Gen: be.Uint64(v[24:])}, true
 }
 
-func setID(a *layer.Attr, id layer.ID) { a.Dev, a.Branch, a.Ino, a.Gen = id.Dev, id.Branch, id.Ino, id.Gen }
+func setID(a *layer.Attr, id layer.ID) {
+	a.Dev, a.Branch, a.Ino, a.Gen = id.Dev, id.Branch, id.Ino, id.Gen
+}
 
 // branchErr logs an error of branch i that is not about the name, naming
 // the branch.
