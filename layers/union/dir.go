@@ -2,6 +2,7 @@ package union
 
 import (
 	"context"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -28,7 +29,14 @@ func (u *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirEn
 			continue
 		}
 		for _, e := range ents {
-			if seen[e.Name] || isTmp(e.Name) {
+			if isTmp(e.Name) {
+				if u.writable(i) && !strings.HasPrefix(e.Name, u.ownTmp) {
+					// Left by a daemon that crashed in a copy-up.
+					u.remove(ctx, i, layer.Join(path, e.Name))
+				}
+				continue
+			}
+			if seen[e.Name] {
 				continue
 			}
 			seen[e.Name] = true

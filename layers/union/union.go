@@ -52,6 +52,9 @@ type FS struct {
 	mu   sync.Mutex
 	dirs map[string][]int
 	tmpN uint64
+	// ownTmp begins this daemon's temporary names; others' are left
+	// by a crash, and removed when their directory is listed.
+	ownTmp string
 }
 
 const maxDirs = 1 << 14
@@ -78,7 +81,8 @@ func New(branches []fanout.Branch, policy fanout.Policy) (*FS, error) {
 		}
 		seen[a.ID()] = i
 	}
-	u := &FS{b: branches, policy: policy, log: slog.Default(), dirs: map[string][]int{}}
+	u := &FS{b: branches, policy: policy, log: slog.Default(), dirs: map[string][]int{},
+		ownTmp: fmt.Sprintf("%s%d.", tmpPrefix, unix.Getpid())}
 	for _, b := range branches {
 		u.meta = append(u.meta, layer.NewMeta(b.FS, "union"))
 	}
@@ -597,7 +601,7 @@ func (u *FS) tmpName(path string) string {
 	n := u.tmpN
 	u.mu.Unlock()
 	dir, _ := layer.Split(path)
-	return layer.Join(dir, fmt.Sprintf("%s%d.%d", tmpPrefix, unix.Getpid(), n))
+	return layer.Join(dir, fmt.Sprintf("%s%d", u.ownTmp, n))
 }
 
 // remove removes a temporary entry of branch i.
