@@ -229,6 +229,11 @@ func (s *Spec) explainLayer(e *explainer, name, prefix string, last, root bool, 
 				line("%s = %s (default)", o.Name, FormatValue(o, o.Default, typed, false))
 			}
 		}
+		if t.Explain != nil {
+			for _, x := range t.Explain(l.Values, l.Over) {
+				line("%s", x)
+			}
+		}
 	}
 	for _, r := range l.Rules {
 		line("%s", r.describe(t, indexOfRule(s.Rules, r)+1))

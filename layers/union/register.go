@@ -31,24 +31,25 @@ func init() {
 			}
 			return nil
 		},
-		New: func(l []layer.FS, o registry.Values) (layer.FS, error) {
-			bs := make([]fanout.Branch, len(l))
-			modes := o.List("modes")
-			for i := range l {
-				bs[i] = fanout.Branch{FS: l[i], Mode: fanout.RO}
-				if i == 0 {
-					bs[i].Mode = fanout.RW
-				}
-				if len(modes) != 0 {
-					m, err := fanout.ParseMode(modes[i])
-					if err != nil {
-						return nil, err
-					}
-					bs[i].Mode = m
-				}
+		Explain: func(o registry.Values, over []string) []string {
+			modes, err := branchModes(o, len(over))
+			if err != nil {
+				return nil
 			}
-			if len(modes) != 0 && len(modes) != len(l) {
-				return nil, errors.New("union: one mode for each lower")
+			var b []string
+			for i, n := range over {
+				b = append(b, fmt.Sprintf("%s %s", n, modes[i]))
+			}
+			return []string{"branches, first first: " + strings.Join(b, ", ")}
+		},
+		New: func(l []layer.FS, o registry.Values) (layer.FS, error) {
+			modes, err := branchModes(o, len(l))
+			if err != nil {
+				return nil, err
+			}
+			bs := make([]fanout.Branch, len(l))
+			for i := range l {
+				bs[i] = fanout.Branch{FS: l[i], Mode: modes[i]}
 			}
 			p, err := fanout.PolicyByName(o.String("create"))
 			if err != nil {
@@ -57,4 +58,28 @@ func init() {
 			return New(bs, p)
 		},
 	})
+}
+
+// branchModes are the modes of n branches: the option's, or RW for the
+// first and RO for the others.
+func branchModes(o registry.Values, n int) ([]fanout.Mode, error) {
+	names := o.List("modes")
+	if len(names) != 0 && len(names) != n {
+		return nil, errors.New("union: one mode for each lower")
+	}
+	modes := make([]fanout.Mode, n)
+	for i := range modes {
+		modes[i] = fanout.RO
+		if i == 0 {
+			modes[i] = fanout.RW
+		}
+		if len(names) != 0 {
+			m, err := fanout.ParseMode(names[i])
+			if err != nil {
+				return nil, err
+			}
+			modes[i] = m
+		}
+	}
+	return modes, nil
 }
