@@ -97,7 +97,7 @@ func cryptOver(t testing.TB, l layer.FS) layer.FS {
 // few files of its own, outside the directories the cases use.
 func unionOver(t testing.TB, d string) layer.FS {
 	lo := t.TempDir()
-	u, err := union.New([]fanout.Branch{{FS: lower(t, d), Mode: fanout.RW}, {FS: lower(t, lo), Mode: fanout.RO}}, nil)
+	u, err := union.New([]fanout.Branch{{FS: lower(t, d), Mode: fanout.RW}, {FS: lower(t, lo), Mode: fanout.RO}}, union.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

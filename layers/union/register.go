@@ -21,6 +21,10 @@ func init() {
 			{Name: "modes", Kind: registry.List,
 				Help:  "each lower's mode, in order: RW (read-write), RO (read-only) or NC (no create: written, but new objects go elsewhere); default RW for the first, RO for the others (overlayfs's upper and lowers)",
 				Check: registry.Each(func(s string) (fanout.Mode, error) { return fanout.ParseMode(s) })},
+			{Name: "minfreespace", Kind: registry.Size, Default: int64(0),
+				Help: "free space below which a RW lower gets no new objects (mergerfs's minfreespace; 0: none)"},
+			{Name: "moveonenospc", Kind: registry.Bool, Default: false,
+				Help: "a file whose RW lower fills up moves to the RW lower with the most free space and the write is tried again (files open for writing are then not passed through)"},
 			{Name: "create", Kind: registry.String, Default: "ff", Allowed: fanout.PolicyNames(),
 				Help: "where a new object goes among the RW lowers that would show it: " + strings.Join(fanout.PolicyNames(), ", ") + " (mergerfs's create policies)"},
 		},
@@ -49,13 +53,13 @@ func init() {
 			}
 			bs := make([]fanout.Branch, len(l))
 			for i := range l {
-				bs[i] = fanout.Branch{FS: l[i], Mode: modes[i]}
+				bs[i] = fanout.Branch{FS: l[i], Mode: modes[i], MinFree: uint64(o.Int("minfreespace"))}
 			}
 			p, err := fanout.PolicyByName(o.String("create"))
 			if err != nil {
 				return nil, err
 			}
-			return New(bs, p)
+			return New(bs, Options{Policy: p, MoveOnENOSPC: o.Bool("moveonenospc")})
 		},
 	})
 }

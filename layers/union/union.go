@@ -42,6 +42,7 @@ const (
 // FS is a union layer.
 type FS struct {
 	b      []fanout.Branch
+	move   bool          // files that fill their branch move (movable)
 	meta   []*layer.Meta // the union's side data on each branch's objects (origin)
 	policy fanout.Policy
 	log    *slog.Logger
@@ -59,12 +60,22 @@ type FS struct {
 
 const maxDirs = 1 << 14
 
-// New builds a union of branches; policy chooses the branch of new objects
-// among the RW ones (default ff).
-func New(branches []fanout.Branch, policy fanout.Policy) (*FS, error) {
+// Options configure a union.
+type Options struct {
+	// Policy chooses the branch of new objects among the RW ones
+	// (default ff).
+	Policy fanout.Policy
+	// MoveOnENOSPC moves a file that fills its branch to another (see
+	// movable).
+	MoveOnENOSPC bool
+}
+
+// New builds a union of branches.
+func New(branches []fanout.Branch, o Options) (*FS, error) {
 	if len(branches) < 2 {
 		return nil, errors.New("union: give at least two branches")
 	}
+	policy := o.Policy
 	if policy == nil {
 		policy = fanout.Policies["ff"]
 	}
@@ -81,7 +92,13 @@ func New(branches []fanout.Branch, policy fanout.Policy) (*FS, error) {
 		}
 		seen[a.ID()] = i
 	}
-	u := &FS{b: branches, policy: policy, log: slog.Default(), dirs: map[string][]int{},
+	rw := 0
+	for _, b := range branches {
+		if b.Mode == fanout.RW {
+			rw++
+		}
+	}
+	u := &FS{b: branches, policy: policy, log: slog.Default(), dirs: map[string][]int{}, move: o.MoveOnENOSPC && rw > 1,
 		ownTmp: fmt.Sprintf("%s%d.", tmpPrefix, unix.Getpid())}
 	for _, b := range branches {
 		u.meta = append(u.meta, layer.NewMeta(b.FS, "union"))
@@ -434,7 +451,11 @@ func (f *file) Setattr(ctx context.Context, in *layer.SetAttr) (layer.Attr, erro
 	return a, err
 }
 
-func (u *FS) file(i int, f layer.File, id *layer.ID) layer.File {
+// file wraps an open file of branch i opened at path with flags.
+func (u *FS) file(i int, f layer.File, id *layer.ID, path string, flags int) layer.File {
+	if u.move && u.b[i].Mode == fanout.RW && writes(flags) {
+		return &movable{u: u, path: path, flags: flags, lower: f, i: i, id: id}
+	}
 	return &file{BaseFile: layer.BaseFile{Lower: f}, i: i, n: len(u.b), id: id}
 }
 
@@ -461,7 +482,7 @@ func (u *FS) Open(ctx context.Context, path string, flags int) (layer.File, erro
 	if err != nil {
 		return nil, err
 	}
-	return u.file(i, f, id), nil
+	return u.file(i, f, id, path, flags), nil
 }
 
 // ---- changes ---------------------------------------------------------------------
@@ -638,7 +659,7 @@ func (u *FS) Create(ctx context.Context, path string, flags int, mode uint32) (l
 		return nil, layer.Attr{}, err
 	}
 	layer.TagBranch(&a, i, len(u.b))
-	return u.file(i, f, nil), a, nil
+	return u.file(i, f, nil, path, flags), a, nil
 }
 
 // Mkdir over a whiteout makes an opaque directory: what was below the

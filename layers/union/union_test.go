@@ -32,7 +32,7 @@ func localFS(t testing.TB, d string) layer.FS {
 
 // mountUnion mounts a union of upper (RW) over lower (RO).
 func mountUnion(t testing.TB, upper, lower string) *mounttest.Mounted {
-	u, err := union.New([]fanout.Branch{{FS: localFS(t, upper), Mode: fanout.RW}, {FS: localFS(t, lower), Mode: fanout.RO}}, nil)
+	u, err := union.New([]fanout.Branch{{FS: localFS(t, upper), Mode: fanout.RW}, {FS: localFS(t, lower), Mode: fanout.RO}}, union.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
