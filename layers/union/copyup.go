@@ -36,6 +36,13 @@ func (u *FS) copyUp(ctx context.Context, path string, o *obj) (int, error) {
 	if err != nil {
 		return -1, err
 	}
+	indexed := a.IsRegular() && a.Nlink > 1
+	if indexed {
+		// Another name of the file may have been copied up meanwhile.
+		if linked, err := u.linkUp(ctx, path, o); err != nil || linked {
+			return i, err
+		}
+	}
 	tmp := u.tmpName(path)
 	switch {
 	case a.IsRegular():
@@ -51,11 +58,22 @@ func (u *FS) copyUp(ctx context.Context, path string, o *obj) (int, error) {
 	if err == nil {
 		err = copyMeta(self, src, dst, path, tmp, &a)
 	}
-	if err == nil && a.Nlink == 1 {
+	if err == nil {
 		// The copy keeps the original's identity (see origin).
-		err = u.meta[i].Set(self, tmp, "origin", encodeID(o.a.ID()))
+		v := encodeID(o.a.ID())
+		if indexed {
+			v = append(v, 1)
+		}
+		err = u.meta[i].Set(self, tmp, "origin", v)
 		if errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.EPERM) && a.IsSymlink() {
 			err = nil // no side data here: the copy has an identity of its own
+		}
+	}
+	if err == nil && indexed {
+		if _, merr := dst.Mkdir(self, indexDir, 0o700); merr != nil && !errors.Is(merr, syscall.EEXIST) {
+			err = merr
+		} else if _, lerr := dst.Link(self, tmp, indexName(o.a.ID())); lerr != nil && !errors.Is(lerr, syscall.EEXIST) {
+			err = lerr
 		}
 	}
 	if err == nil {

@@ -36,7 +36,7 @@ func (u *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirEn
 				}
 				continue
 			}
-			if seen[e.Name] {
+			if seen[e.Name] || path == "" && e.Name == indexDir {
 				continue
 			}
 			seen[e.Name] = true

@@ -16,6 +16,7 @@ package union
 import (
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,6 +38,11 @@ const (
 	// way, a whiteout about to replace a directory): left out of
 	// listings, and removed by the operation that made them.
 	tmpPrefix = ".cairn-union-tmp."
+	// indexDir, at the root of a RW branch, holds a link to the copy of
+	// each file of several links copied up from a read-only branch, by
+	// the original's identity: its other names are linked to the copy
+	// when they are looked up, so all stay one file (overlayfs's index).
+	indexDir = ".cairn-union-index"
 )
 
 // FS is a union layer.
@@ -192,7 +198,7 @@ func (u *FS) forget(path string) {
 
 // resolve finds path in the branches.
 func (u *FS) resolve(ctx context.Context, path string) (*obj, error) {
-	if isTmp(lastName(path)) {
+	if isTmp(lastName(path)) || path == indexDir {
 		return nil, syscall.ENOENT
 	}
 	var cand []int
@@ -237,35 +243,73 @@ func (u *FS) resolve(ctx context.Context, path string) (*obj, error) {
 		o.a.Nlink = 1 // merged: unknown, as overlayfs says (find knows)
 	}
 	layer.TagBranch(&o.a, o.top(), len(u.b))
-	if id, ok := u.origin(ctx, o.top(), path, &o.a); ok {
+	if o.a.IsRegular() && o.a.Nlink > 1 && !u.writable(o.top()) {
+		// Another name of this file may have been copied up: then this
+		// one is linked to the copy.
+		if linked, err := u.linkUp(ctx, path, o); err != nil || linked {
+			if err != nil {
+				return nil, err
+			}
+			return u.resolve(ctx, path)
+		}
+	}
+	if id, indexed, ok := u.origin(ctx, o.top(), path, &o.a); ok {
 		o.id = &id
 		setID(&o.a, id)
+		if indexed && o.a.Nlink > 1 {
+			o.a.Nlink-- // the index's link
+		}
 	}
 	return o, nil
 }
 
+func indexName(id layer.ID) string { return indexDir + "/" + hex.EncodeToString(encodeID(id)) }
+
+// linkUp links path, a name of a file of several links on a read-only
+// branch, to the copy another of its names made, if there is one.
+func (u *FS) linkUp(ctx context.Context, path string, o *obj) (bool, error) {
+	w, err := u.upper(o.top())
+	if err != nil {
+		return false, nil
+	}
+	self := layer.AsSelf(ctx)
+	idx := indexName(o.a.ID())
+	if _, err := u.b[w].FS.Getattr(self, idx); err != nil {
+		return false, nil
+	}
+	dir, _ := layer.Split(path)
+	if err := u.ensureDir(ctx, w, dir); err != nil {
+		return false, err
+	}
+	if _, err := u.b[w].FS.Link(self, idx, path); err != nil && !errors.Is(err, syscall.EEXIST) {
+		return false, err
+	}
+	return true, nil
+}
+
 // A copied-up file keeps the identity (inode number) of the file it was
 // copied from, as overlayfs's copies do: the copy records it as side data
-// ("origin": the ID the union gave the original, 32 bytes). Only a file of
-// one link records it: another name of the original would otherwise show a
-// different file under the same identity.
+// ("origin": the ID the union gave the original, 32 bytes, and a 33rd, 1,
+// when the copy is in the index: a file of several links, whose other
+// names come to the copy when they are looked up).
 
 func encodeID(id layer.ID) []byte {
 	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(
 		binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, id.Dev), id.Branch), id.Ino), id.Gen)
 }
 
-// origin is the recorded identity of a non-directory on writable branch i.
-func (u *FS) origin(ctx context.Context, i int, path string, a *layer.Attr) (layer.ID, bool) {
+// origin is the recorded identity of a non-directory on writable branch i,
+// and whether the copy is in the index.
+func (u *FS) origin(ctx context.Context, i int, path string, a *layer.Attr) (layer.ID, bool, bool) {
 	if a.IsDir() || !u.writable(i) {
-		return layer.ID{}, false
+		return layer.ID{}, false, false
 	}
 	v, err := u.meta[i].Get(ctx, path, "origin")
-	if err != nil || len(v) != 32 {
-		return layer.ID{}, false
+	if err != nil || len(v) < 32 {
+		return layer.ID{}, false, false
 	}
 	be := binary.BigEndian
-	return layer.ID{Dev: be.Uint64(v), Branch: be.Uint64(v[8:]), Ino: be.Uint64(v[16:]), Gen: be.Uint64(v[24:])}, true
+	return layer.ID{Dev: be.Uint64(v), Branch: be.Uint64(v[8:]), Ino: be.Uint64(v[16:]), Gen: be.Uint64(v[24:])}, len(v) > 32 && v[32] == 1, true
 }
 
 func setID(a *layer.Attr, id layer.ID) {
@@ -473,10 +517,8 @@ func (u *FS) Open(ctx context.Context, path string, flags int) (layer.File, erro
 		if i, err = u.copyUp(ctx, path, o); err != nil {
 			return nil, err
 		}
-		if o.a.Nlink == 1 {
-			x := o.a.ID()
-			id = &x
-		}
+		x := o.a.ID()
+		id = &x
 	}
 	f, err := u.b[i].FS.Open(ctx, path, flags)
 	if err != nil {
@@ -499,7 +541,7 @@ func (u *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (layer
 		return a, err
 	}
 	layer.TagBranch(&a, i, len(u.b))
-	if id, ok := u.origin(ctx, i, path, &a); ok {
+	if id, _, ok := u.origin(ctx, i, path, &a); ok {
 		setID(&a, id)
 	}
 	return a, nil
@@ -732,7 +774,7 @@ func (u *FS) Link(ctx context.Context, oldpath, newpath string) (layer.Attr, err
 	var a layer.Attr
 	err = u.place(ctx, i, newpath, wh, func(p string) (err error) { a, err = u.b[i].FS.Link(ctx, oldpath, p); return err })
 	layer.TagBranch(&a, i, len(u.b))
-	if id, ok := u.origin(ctx, i, newpath, &a); ok && err == nil {
+	if id, _, ok := u.origin(ctx, i, newpath, &a); ok && err == nil {
 		setID(&a, id)
 	}
 	return a, err

@@ -432,3 +432,53 @@ func TestUnionAgainstOverlayfs(t *testing.T) {
 		t.Fatal("f through cairn over the kernel's upper")
 	}
 }
+
+// TestUnionHardLinksCopyUp: two names of one file of the read-only branch
+// stay one file when either is copied up: the other name shows the new
+// bytes and the same inode number, and the link count is right once both
+// names were looked up.
+func TestUnionHardLinksCopyUp(t *testing.T) {
+	up, lo := t.TempDir(), t.TempDir()
+	write(t, filepath.Join(lo, "a"), "one file\n")
+	os.Mkdir(filepath.Join(lo, "d"), 0o755)
+	if err := os.Link(filepath.Join(lo, "a"), filepath.Join(lo, "d", "b")); err != nil {
+		t.Fatal(err)
+	}
+	m := mountUnion(t, up, lo)
+	sa, _ := os.Stat(m.Path("a"))
+	f, err := os.OpenFile(m.Path("a"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("changed\n")
+	f.Close()
+	if got := read(t, m.Path("d", "b")); got != "one file\nchanged\n" {
+		t.Fatalf("the other name reads %q", got)
+	}
+	var st1, st2 unix.Stat_t
+	unix.Stat(m.Path("a"), &st1)
+	unix.Stat(m.Path("d", "b"), &st2)
+	if st1.Ino != st2.Ino || st1.Ino != ino(sa) || st1.Nlink != 2 || st2.Nlink != 2 {
+		t.Fatalf("a: ino %d nlink %d; d/b: ino %d nlink %d; a before: ino %d", st1.Ino, st1.Nlink, st2.Ino, st2.Nlink, ino(sa))
+	}
+	var u1, u2 unix.Stat_t
+	if unix.Stat(filepath.Join(up, "a"), &u1) != nil || unix.Stat(filepath.Join(up, "d", "b"), &u2) != nil || u1.Ino != u2.Ino {
+		t.Fatal("the two names are not one file in the upper branch")
+	}
+	if read(t, filepath.Join(lo, "a")) != "one file\n" {
+		t.Fatal("the lower file changed")
+	}
+	ents, _ := os.ReadDir(m.Dir)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".cairn-union") {
+			t.Fatalf("the root lists %s", e.Name())
+		}
+	}
+	// Removing one name leaves the other.
+	if err := os.Remove(m.Path("a")); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, m.Path("d", "b")); got != "one file\nchanged\n" {
+		t.Fatalf("d/b after a is removed: %q", got)
+	}
+}
