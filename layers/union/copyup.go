@@ -81,7 +81,7 @@ func (u *FS) copyUp(ctx context.Context, path string, o *obj) (int, error) {
 	}
 	if err != nil {
 		u.remove(ctx, i, tmp)
-		u.log.Error("union: copy-up failed", "path", path, "from", t, "to", i, "err", err)
+		u.log.Error("union: copy-up failed", "path", path, "from branch", t+1, "to branch", i+1, "err", err)
 		return -1, err
 	}
 	return i, nil

@@ -109,9 +109,9 @@ func (m *movable) move(ctx context.Context, i int) error {
 		return err
 	}
 	if err := src.Unlink(self, m.path); err != nil {
-		u.log.Warn("union: a moved file stays on its full branch too", "path", m.path, "branch", i, "err", err)
+		u.log.Warn("union: a moved file stays on its full branch too", "path", m.path, "branch", i+1, "err", err)
 	}
-	u.log.Info("union: a file moved to a branch with room", "path", m.path, "from", i, "to", j)
+	u.log.Info("union: a file moved to a branch with room", "path", m.path, "from branch", i+1, "to branch", j+1)
 	old := m.lower
 	m.lower, m.i = nf, j
 	old.Release(ctx)

@@ -2,6 +2,7 @@ package union_test
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -97,5 +98,27 @@ func TestUnionMoveOnENOSPC(t *testing.T) {
 	os.WriteFile(m2.Path("filler"), make([]byte, 12<<20), 0o644)
 	if err := os.WriteFile(m2.Path("f"), want, 0o644); err == nil {
 		t.Fatal("a write past the branch's space succeeded without moveonenospc")
+	}
+}
+
+// TestUnionBranchTurnsReadOnly: a RW branch remounted read-only under the
+// mount gives EROFS for a new file and a log line naming the branch; reads
+// go on.
+func TestUnionBranchTurnsReadOnly(t *testing.T) {
+	a, lo := smallFS(t, 16), t.TempDir()
+	write(t, filepath.Join(lo, "f"), "lower\n")
+	m := mountUnion(t, a, lo)
+	if err := syscall.Mount("", a, "", syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Mount("", a, "", syscall.MS_REMOUNT, "")
+	if err := os.WriteFile(m.Path("new"), []byte("x"), 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("create on a read-only RW branch: %v, want EROFS", err)
+	}
+	if err := os.WriteFile(m.Path("f"), []byte("x"), 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("copy-up to a read-only RW branch: %v, want EROFS", err)
+	}
+	if got := read(t, m.Path("f")); got != "lower\n" {
+		t.Fatalf("read: %q", got)
 	}
 }

@@ -316,12 +316,16 @@ func setID(a *layer.Attr, id layer.ID) {
 	a.Dev, a.Branch, a.Ino, a.Gen = id.Dev, id.Branch, id.Ino, id.Gen
 }
 
-// branchErr logs an error of branch i that is not about the name, naming
-// the branch.
+// branchErr logs an error of branch i that says the branch itself is in
+// trouble (gone, read-only, failing), naming the branch (1 is the first).
 func (u *FS) branchErr(i int, path string, err error) error {
 	var errno syscall.Errno
-	if !errors.As(err, &errno) || errno == syscall.EIO {
-		u.log.Error("union: a branch fails", "branch", i, "path", path, "err", err)
+	if !errors.As(err, &errno) {
+		errno = syscall.EIO
+	}
+	switch errno {
+	case syscall.EIO, syscall.EROFS, syscall.ENOTCONN, syscall.ESTALE, syscall.ENODEV, syscall.ENOSPC, syscall.EDQUOT:
+		u.log.Error("union: a branch fails", "branch", i+1, "path", path, "err", err)
 	}
 	return err
 }
@@ -522,7 +526,7 @@ func (u *FS) Open(ctx context.Context, path string, flags int) (layer.File, erro
 	}
 	f, err := u.b[i].FS.Open(ctx, path, flags)
 	if err != nil {
-		return nil, err
+		return nil, u.branchErr(i, path, err)
 	}
 	return u.file(i, f, id, path, flags), nil
 }
@@ -698,7 +702,7 @@ func (u *FS) Create(ctx context.Context, path string, flags int, mode uint32) (l
 		if f != nil {
 			f.Release(ctx)
 		}
-		return nil, layer.Attr{}, err
+		return nil, layer.Attr{}, u.branchErr(i, path, err)
 	}
 	layer.TagBranch(&a, i, len(u.b))
 	return u.file(i, f, nil, path, flags), a, nil
