@@ -2,6 +2,7 @@ package union_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io/fs"
 	"os"
@@ -18,6 +19,8 @@ import (
 	"cairn/internal/mounttest"
 	"cairn/layer"
 	"cairn/layer/fanout"
+	"cairn/layers/codec"
+	"cairn/layers/crypt"
 	"cairn/layers/local"
 	"cairn/layers/union"
 )
@@ -275,21 +278,52 @@ func ino(fi os.FileInfo) uint64 { return fi.Sys().(*syscall.Stat_t).Ino }
 
 // TestUnionModel runs the namespace model through a union whose lower
 // branch holds a tree the oracle holds too: operations meet lower names,
-// and copy up, white out and make opaque.
+// and copy up, white out and make opaque. The upper branch is a plain
+// directory, a zstd stack or a crypt stack: a union stacks over anything.
 func TestUnionModel(t *testing.T) {
-	up, lo, oracle := t.TempDir(), t.TempDir(), t.TempDir()
-	for w := 0; w < 2; w++ {
-		for _, base := range []string{lo, oracle} {
-			sub := filepath.Join(base, fmt.Sprintf("fsx-tree-%d", w))
-			for _, p := range []string{"a/a", "a/b", "b", "c/d/a", "d/c"} {
-				write(t, filepath.Join(sub, p), "lower "+p+"\n")
+	for _, kind := range []string{"local", "zstd", "crypt"} {
+		t.Run(kind, func(t *testing.T) {
+			up, lo, oracle := t.TempDir(), t.TempDir(), t.TempDir()
+			for w := 0; w < 2; w++ {
+				for _, base := range []string{lo, oracle} {
+					sub := filepath.Join(base, fmt.Sprintf("fsx-tree-%d", w))
+					for _, p := range []string{"a/a", "a/b", "b", "c/d/a", "d/c"} {
+						write(t, filepath.Join(sub, p), "lower "+p+"\n")
+					}
+					os.MkdirAll(filepath.Join(sub, "c", "c"), 0o755)
+					os.Symlink("a/b", filepath.Join(sub, "a", "c"))
+				}
 			}
-			os.MkdirAll(filepath.Join(sub, "c", "c"), 0o755)
-			os.Symlink("a/b", filepath.Join(sub, "a", "c"))
-		}
+			upper := localFS(t, up)
+			switch kind {
+			case "zstd":
+				z, err := codec.New(upper, "zstd", codec.Options{Level: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				upper = z
+			case "crypt":
+				ctx, pass := context.Background(), []byte("union")
+				if _, err := crypt.Init(ctx, upper, crypt.InitParams{KDF: crypt.KDF{Name: crypt.Scrypt, N: crypt.ScryptMinN, R: 8, P: 1}}, pass); err != nil {
+					t.Fatal(err)
+				}
+				c, err := crypt.Unlock(ctx, upper, pass, false, crypt.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				upper = c
+			}
+			u, err := union.New([]fanout.Branch{{FS: upper, Mode: fanout.RW}, {FS: localFS(t, lo), Mode: fanout.RO}}, union.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { layer.CloseStack(u) })
+			m := mounttest.Mount(t, u)
+			fsx.RunTree(t, fsx.TreeConfig{Dir: m.Dir, Oracle: oracle, Ops: 1500, Prepared: true, RenameEXDEV: true, NoDirNlink: true})
+			// And the bytes: the data model, on new files of the upper branch.
+			fsx.Run(t, fsx.Config{Dir: m.Dir, Ops: 2000, MaxSize: 256 << 10})
+		})
 	}
-	m := mountUnion(t, up, lo)
-	fsx.RunTree(t, fsx.TreeConfig{Dir: m.Dir, Oracle: oracle, Ops: 1500, Prepared: true, RenameEXDEV: true, NoDirNlink: true})
 }
 
 // describe lists a tree as the merged view shows it: names, types, modes,
