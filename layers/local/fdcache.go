@@ -55,12 +55,11 @@ func nofile() int {
 // short-lived descriptors) and finds out whether handles can be opened.
 func (c *fdCache) init(rootFd, limit int) {
 	c.max = max(limit/2, 16)
-	// open_by_handle_at wants a descriptor that is not O_PATH.
-	dir, err := unix.Openat(rootFd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
+	dir, mnt, ok := rootMount(rootFd)
+	if !ok {
 		return
 	}
-	h, mnt, err := unix.NameToHandleAt(dir, "", unix.AT_EMPTY_PATH)
+	h, _, err := unix.NameToHandleAt(dir, "", unix.AT_EMPTY_PATH)
 	if err != nil {
 		unix.Close(dir)
 		return
@@ -72,6 +71,37 @@ func (c *fdCache) init(rootFd, limit int) {
 	}
 	unix.Close(fd)
 	c.handles, c.mounts = true, map[int]int{mnt: dir}
+}
+
+// rootMount opens the root directory for open_by_handle_at, which wants a
+// descriptor that is not O_PATH, and gives its mount's id.
+func rootMount(rootFd int) (int, int, bool) {
+	dir, err := unix.Openat(rootFd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, 0, false
+	}
+	_, mnt, err := unix.NameToHandleAt(dir, "", unix.AT_EMPTY_PATH)
+	if err != nil {
+		unix.Close(dir)
+		return -1, 0, false
+	}
+	return dir, mnt, true
+}
+
+// addMount registers the mount of a new root directory (see FS.SetAtime).
+func (c *fdCache) addMount(rootFd int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.handles {
+		return
+	}
+	if dir, mnt, ok := rootMount(rootFd); ok {
+		if _, dup := c.mounts[mnt]; dup {
+			unix.Close(dir)
+		} else {
+			c.mounts[mnt] = dir
+		}
+	}
 }
 
 // add registers a newly opened file.
