@@ -400,9 +400,13 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if flags&syscall.O_ACCMODE != syscall.O_WRONLY && n.st.atime.Mode != layer.NoAtime && !n.st.passes(lf.Caps()) {
 		// The kernel may serve this file's reads from its page cache,
 		// and the layers theirs from their own: the bottom changes the
-		// atime now, as a read would under the mount's rule. (A
-		// passed-through file's reads go to the lower file itself.)
-		layer.TouchAtime(callerCtx(ctx), lf)
+		// atime now, as a read would under the mount's rule, and the
+		// kernel is told to fetch the attributes again (only them;
+		// nothing is waited for). A passed-through file's reads go to
+		// the lower file itself.
+		if layer.TouchAtime(callerCtx(ctx), lf) {
+			n.NotifyContent(-1, 0)
+		}
 	}
 	return n.st.newFile(ctx, lf, p, &n.Inode, flags), n.st.openFlags(lf), 0
 }

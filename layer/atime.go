@@ -41,7 +41,7 @@ func (m AtimeMode) String() string {
 }
 
 func (a Atime) String() string {
-	if a.NoDir {
+	if a.NoDir && a.Mode != NoAtime { // noatime says it already
 		return a.Mode.String() + ",nodiratime"
 	}
 	return a.Mode.String()
@@ -72,21 +72,24 @@ func ApplyAtime(top FS, a Atime) error {
 }
 
 // Toucher is an open file that can change its atime as a read of it would,
-// without the data: the frontend calls it when a file is opened for reading
-// whose reads the kernel may serve from its own cache, where no layer sees
-// them. The bottom layer does it (local reads a byte through its mount: the
-// kernel changes the atime or not by the mount's rule, see AtimeSetter); a
-// file that wraps one lower file forwards it (BaseFile does, and crypt's
-// and codec's files, whose own caches a read may not get past either).
+// without the data, and says whether it changed: the frontend calls it when
+// a file is opened for reading whose reads the kernel may serve from its
+// own cache, where no layer sees them. The bottom layer does it (local reads
+// a byte through its mount: the kernel changes the atime or not by the
+// mount's rule, see AtimeSetter); a file that wraps one lower file forwards
+// it (BaseFile does, and crypt's and codec's files, whose own caches a read
+// may not get past either).
 type Toucher interface {
-	TouchAtime(ctx context.Context)
+	TouchAtime(ctx context.Context) bool
 }
 
-// TouchAtime touches f's atime if f is a Toucher (see Toucher).
-func TouchAtime(ctx context.Context, f File) {
+// TouchAtime touches f's atime if f is a Toucher (see Toucher) and says
+// whether it changed.
+func TouchAtime(ctx context.Context, f File) bool {
 	if t, ok := f.(Toucher); ok {
-		t.TouchAtime(ctx)
+		return t.TouchAtime(ctx)
 	}
+	return false
 }
 
 // OpenNoAtime opens path in fs for a layer's own reads of it (a header, an

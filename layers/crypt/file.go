@@ -1224,7 +1224,7 @@ func (f *file) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, flags ui
 func (f *file) Caps() layer.Caps { return layer.CapKeepCache }
 
 // TouchAtime: the lower file's atime is the file's.
-func (f *file) TouchAtime(ctx context.Context) { layer.TouchAtime(ctx, f.lower) }
+func (f *file) TouchAtime(ctx context.Context) bool { return layer.TouchAtime(ctx, f.lower) }
 
 // PassthroughFd: the lower bytes are ciphertext.
 func (f *file) PassthroughFd() (int, bool) { return -1, false }

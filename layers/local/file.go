@@ -81,9 +81,20 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (n int, err erro
 // rule of the mount the file was opened through (see FS.SetAtime), as for
 // any read, also of an empty file. A file not open for reading is left as
 // it is.
-func (f *File) TouchAtime(ctx context.Context) {
-	var b [1]byte
-	f.ReadAt(ctx, b[:], 0)
+func (f *File) TouchAtime(ctx context.Context) (changed bool) {
+	f.with(func(fd int) error {
+		var before, after unix.Stat_t
+		var b [1]byte
+		if unix.Fstat(fd, &before) != nil {
+			return nil
+		}
+		if _, err := unix.Pread(fd, b[:], 0); err != nil {
+			return nil
+		}
+		changed = unix.Fstat(fd, &after) == nil && after.Atim != before.Atim
+		return nil
+	})
+	return changed
 }
 
 // WriteAt writes all of p or returns an error with the count written: a
