@@ -55,13 +55,8 @@ func nofile() int {
 // short-lived descriptors) and finds out whether handles can be opened.
 func (c *fdCache) init(rootFd, limit int) {
 	c.max = max(limit/2, 16)
-	dir, mnt, ok := rootMount(rootFd)
+	dir, h, mnt, ok := rootMount(rootFd)
 	if !ok {
-		return
-	}
-	h, _, err := unix.NameToHandleAt(dir, "", unix.AT_EMPTY_PATH)
-	if err != nil {
-		unix.Close(dir)
 		return
 	}
 	fd, err := unix.OpenByHandleAt(dir, h, unix.O_RDONLY|unix.O_CLOEXEC)
@@ -74,18 +69,18 @@ func (c *fdCache) init(rootFd, limit int) {
 }
 
 // rootMount opens the root directory for open_by_handle_at, which wants a
-// descriptor that is not O_PATH, and gives its mount's id.
-func rootMount(rootFd int) (int, int, bool) {
+// descriptor that is not O_PATH, and gives its handle and its mount's id.
+func rootMount(rootFd int) (int, unix.FileHandle, int, bool) {
 	dir, err := unix.Openat(rootFd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, 0, false
+		return -1, unix.FileHandle{}, 0, false
 	}
-	_, mnt, err := unix.NameToHandleAt(dir, "", unix.AT_EMPTY_PATH)
+	h, mnt, err := unix.NameToHandleAt(dir, "", unix.AT_EMPTY_PATH)
 	if err != nil {
 		unix.Close(dir)
-		return -1, 0, false
+		return -1, unix.FileHandle{}, 0, false
 	}
-	return dir, mnt, true
+	return dir, h, mnt, true
 }
 
 // addMount registers the mount of a new root directory (see FS.SetAtime).
@@ -95,7 +90,7 @@ func (c *fdCache) addMount(rootFd int) {
 	if !c.handles {
 		return
 	}
-	if dir, mnt, ok := rootMount(rootFd); ok {
+	if dir, _, mnt, ok := rootMount(rootFd); ok {
 		if _, dup := c.mounts[mnt]; dup {
 			unix.Close(dir)
 		} else {
