@@ -234,7 +234,7 @@ func (d *dir) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
 // Lookup serves READDIRPLUS with the attributes that came with the listing.
 func (d *dir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	if e := d.last; e != nil && e.Name == name && e.Attr != nil {
-		return d.n.newChild(ctx, e.Attr, out), 0
+		return d.n.newChild(ctx, layer.Join(d.path, name), e.Attr, out), 0
 	}
 	return d.n.Lookup(ctx, name, out)
 }

@@ -3,6 +3,8 @@ package fusefs
 import (
 	"sync"
 
+	"github.com/hanwen/go-fuse/v2/fuse"
+
 	"cairn/layer"
 )
 
@@ -25,8 +27,10 @@ import (
 type inoMap struct {
 	mu    sync.Mutex
 	ns    map[nsKey]uint64
+	keys  []nsKey // by namespace number: the inverse of ns
 	spill map[layer.ID]uint64
 	next  uint64 // next serial number
+	root  layer.ID
 }
 
 type nsKey struct{ dev, branch uint64 }
@@ -59,9 +63,12 @@ func (m *inoMap) get(id layer.ID, keep bool) uint64 {
 			}
 			ns, ok = uint64(len(m.ns)), true
 			m.ns[k] = ns
+			m.keys = append(m.keys, k)
 		}
-		if ok {
-			return ns<<nsShift | id.Ino
+		// The number is also the node id, and FUSE's root has 1 whatever
+		// its inode number: another object cannot have it.
+		if n := ns<<nsShift | id.Ino; ok && (n != fuse.FUSE_ROOT_ID || id == m.root) {
+			return n
 		}
 	}
 	if n, ok := m.spill[id]; ok {
@@ -76,6 +83,21 @@ func (m *inoMap) get(id layer.ID, keep bool) uint64 {
 		m.spill[id] = n
 	}
 	return n
+}
+
+// id is the identity (but its generation) of the object with number n, for
+// finding it again from its node id alone; false for a serial number.
+func (m *inoMap) id(n uint64) (layer.ID, bool) {
+	if n&spillBit != 0 {
+		return layer.ID{}, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ns := n >> nsShift
+	if ns >= uint64(len(m.keys)) {
+		return layer.ID{}, false
+	}
+	return layer.ID{Dev: m.keys[ns].dev, Branch: m.keys[ns].branch, Ino: n & maxIno}, true
 }
 
 // forget drops a spilled number once the kernel has forgotten its node; the

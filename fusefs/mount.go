@@ -187,6 +187,7 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		top:         top,
 		passthrough: !o.NoPassthrough,
 		fscaps:      layer.FSCapsOf(top),
+		finds:       layer.CanFind(top),
 		acl:         o.AllowOther,
 		log:         o.Logger,
 	}
@@ -200,6 +201,7 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 	// The root's file system takes the first namespace: its files keep
 	// the lower's inode numbers (see inoMap).
 	st.root = &node{st: st, id: ra.ID()}
+	st.inos.root = st.root.id
 	rootIno := st.inos.ino(st.root.id)
 	fsname := o.FsName
 	if fsname == "" {
@@ -259,6 +261,11 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 	// unlink: each one invalidates the parent directory's attributes, and
 	// default_permissions makes the kernel fetch them again (GETATTR)
 	// before the next permission check.
+	// File handles: the kernel asks for a node it has forgotten by its id
+	// (see handles.go), where the stack can find objects by identity.
+	if st.finds {
+		mopts.ExtraCapabilities |= fuse.CAP_EXPORT_SUPPORT
+	}
 	flags, err := ParseMountFlags(o.MountFlags)
 	if err != nil {
 		return nil, err
@@ -301,7 +308,10 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		// turns mode 0000 into 0644 (0755 for directories), and the kernel
 		// then lets every user read a file nobody may read.
 		NullPermissions: true,
-		Logger:          log.New(&slogWriter{o.Logger}, "", 0),
+		// The node id is the inode number (inoMap): stable while the lower
+		// keeps the object, which file handles of the mount hold.
+		ExternalNodeID: true,
+		Logger:         log.New(&slogWriter{o.Logger}, "", 0),
 	}
 	srv, err := fuse.NewServer(&rawFS{RawFileSystem: fs.NewNodeFS(st.root, opts), st: st}, mountpoint, &opts.MountOptions)
 	if err != nil {
@@ -333,6 +343,29 @@ type rawFS struct {
 func (r *rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	defer r.st.handedOver(cancel)
 	return r.RawFileSystem.Open(cancel, in, out)
+}
+
+// Lookup: go-fuse answers a lookup of "." in a node it still has (a file
+// handle of a node the kernel forgot, see handles.go) with that node even
+// when it has no path: its object was removed (the handle is stale, as on
+// ext4), or the kernel's FORGET of it came first and took it out of the
+// tree. The lookup's count is given back, and the lookup asked once more:
+// a node go-fuse has forgotten is found again (LookupNode).
+func (r *rawFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	for try := 0; ; try++ {
+		s := r.RawFileSystem.Lookup(cancel, h, name, out)
+		if name != "." || !s.Ok() {
+			return s
+		}
+		var a fuse.AttrOut
+		if g := r.RawFileSystem.GetAttr(cancel, &fuse.GetAttrIn{InHeader: fuse.InHeader{NodeId: out.NodeId, Caller: h.Caller}}, &a); g.Ok() {
+			return s
+		}
+		r.RawFileSystem.Forget(out.NodeId, 1)
+		if try > 0 {
+			return fuse.Status(syscall.ESTALE)
+		}
+	}
 }
 
 func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {

@@ -30,6 +30,8 @@ type state struct {
 	log         *slog.Logger
 	root        *node
 	inos        inoMap
+	finds       bool  // the stack finds objects by identity (layer.CanFind): file handles work
+	known       known // what finding them needs (see handles.go)
 	handMu      sync.Mutex
 	handed      map[<-chan struct{}][]*file // by request: descriptors handed to the kernel
 	// extras maps the cancel channel of a request in flight to what rawFS
@@ -216,12 +218,13 @@ func fillAttr(a *layer.Attr, out *fuse.Attr) {
 }
 
 // newChild makes (or finds, by identity) the Inode for a looked-up or
-// created object and fills out.
-func (n *node) newChild(ctx context.Context, a *layer.Attr, out *fuse.EntryOut) *fs.Inode {
+// created object at path p, a child of n, and fills out.
+func (n *node) newChild(ctx context.Context, p string, a *layer.Attr, out *fuse.EntryOut) *fs.Inode {
 	fillAttr(a, &out.Attr)
 	id := a.ID()
 	ino := n.st.inos.ino(id)
 	out.Attr.Ino = ino
+	n.st.remember(ctx, ino, p, id, a.IsDir(), n.StableAttr().Ino)
 	return n.NewInode(ctx, &node{st: n.st, id: id}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: ino, Gen: id.Gen})
 }
 
@@ -237,7 +240,17 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if err != nil {
 		return nil, n.st.errno("lookup", p, err)
 	}
-	return n.newChild(ctx, &a, out), 0
+	// A node the tree has for this name and object (one that a lookup by
+	// node id put there, see LookupNode) is the one to give the kernel.
+	if ch := n.GetChild(name); ch != nil {
+		if sameObject(ch, a.ID()) {
+			fillAttr(&a, &out.Attr)
+			out.Attr.Ino = ch.StableAttr().Ino
+			n.st.remember(ctx, out.Attr.Ino, p, a.ID(), a.IsDir(), n.StableAttr().Ino)
+			return ch, 0
+		}
+	}
+	return n.newChild(ctx, p, &a, out), 0
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -440,7 +453,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if err != nil {
 		return nil, nil, 0, n.st.errno("create", p, err)
 	}
-	ch := n.newChild(ctx, &a, out)
+	ch := n.newChild(ctx, p, &a, out)
 	return ch, n.st.newFile(ctx, lf, p, ch, flags), n.st.openFlags(lf), 0
 }
 
@@ -449,7 +462,7 @@ func (n *node) made(ctx context.Context, op, p string, a layer.Attr, err error, 
 	if err != nil {
 		return nil, n.st.errno(op, p, err)
 	}
-	return n.newChild(ctx, &a, out), 0
+	return n.newChild(ctx, p, &a, out), 0
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -552,9 +565,16 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if flags&unix.RENAME_EXCHANGE == 0 {
 		gone = np.dirGone(callerCtx(ctx), newName, nw)
 	}
+	moving, replaced := n.GetChild(name), np.GetChild(newName)
 	err := n.st.top.Rename(callerCtx(ctx), old, nw, flags)
 	if err == nil {
 		gone()
+		if moving != nil {
+			n.st.moved(moving.StableAttr().Ino, np.StableAttr().Ino)
+		}
+		if replaced != nil && flags&unix.RENAME_EXCHANGE != 0 {
+			n.st.moved(replaced.StableAttr().Ino, n.StableAttr().Ino)
+		}
 	}
 	return n.st.errno("rename", old, err)
 }

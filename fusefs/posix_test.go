@@ -20,12 +20,14 @@ import (
 	"cairn/fusefs"
 	"cairn/internal/mounttest"
 	"cairn/layer"
+	"cairn/layer/fanout"
 	"cairn/layers/acl"
 	"cairn/layers/codec"
 	"cairn/layers/crypt"
 	"cairn/layers/local"
 	"cairn/layers/null"
 	"cairn/layers/snoop"
+	"cairn/layers/union"
 )
 
 var nobody = mounttest.User{Uid: 65534, Gid: 65534}
@@ -40,7 +42,7 @@ type posixStack struct {
 // stackNames are the stacks every POSIX test runs on: null passes files
 // through to the kernel, zstd and crypt serve every read and write, and
 // snoop+acl (a log over allow-all rules) sees every operation.
-var stackNames = []string{"null", "zstd", "crypt", "snoop+acl"}
+var stackNames = []string{"null", "zstd", "crypt", "snoop+acl", "union"}
 
 func mountStack(t *testing.T, name string) posixStack {
 	t.Helper()
@@ -66,6 +68,13 @@ func mountStack(t *testing.T, name string) posixStack {
 		if sn, err = snoop.New(acl.New(l, &acl.Rules{Default: true}, false, false), snoop.Options{Output: "file", Log: filepath.Join(t.TempDir(), "log")}); err == nil {
 			top = sn
 		}
+	case "union":
+		// The lower is the RW branch, over an empty read-only one.
+		ro, e := local.New(t.TempDir())
+		if e != nil {
+			t.Fatal(e)
+		}
+		top, err = union.New([]fanout.Branch{{FS: l, Mode: fanout.RW}, {FS: ro, Mode: fanout.RO}}, union.Options{})
 	default:
 		t.Fatalf("no stack %q", name)
 	}
@@ -75,7 +84,7 @@ func mountStack(t *testing.T, name string) posixStack {
 	}
 	t.Cleanup(func() { layer.CloseStack(top) })
 	m := mounttest.Mount(t, top)
-	if passes := name == "null" || name == "snoop+acl"; passes != m.Server.Passthrough {
+	if passes := name == "null" || name == "snoop+acl" || name == "union"; passes != m.Server.Passthrough {
 		t.Fatalf("%s stack: passthrough %v", name, m.Server.Passthrough)
 	}
 	return posixStack{name: name, m: m, lower: lower}

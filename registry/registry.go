@@ -59,6 +59,15 @@ type Type struct {
 	// explain before building; the built layer says it with
 	// layer.FSCapser).
 	Lacks layer.FSCaps
+	// Explain, if set, gives lines for cairn explain that say what the
+	// options make of the layer's lowers (a union's branches and their
+	// modes); over names the lowers, in order.
+	Explain func(v Values, over []string) []string
+	// Finds says that the type finds its objects by identity
+	// (layer.Finder), which file handles of the mount need from a bottom
+	// layer and from a layer that changes names or placement (for explain
+	// before building).
+	Finds bool
 	// Check, when not nil, checks what single options cannot: options
 	// that go together (a log file for a file output), or the options
 	// against the number of lowers. cairn check and cairn mount both call

@@ -39,6 +39,11 @@ func (s *Spec) Explain(w io.Writer) {
 	// Every lower today is a directory of this machine: the kernel keeps
 	// the mount's locks (fusefs does not ask FUSE to forward them).
 	fmt.Fprintf(w, "locks: local: the kernel keeps POSIX, OFD and flock locks for the mount's processes; they do not reach the lower files\n")
+	if who := s.cannotFind(s.Mount); len(who) == 0 {
+		fmt.Fprintf(w, "file handles: yes: open_by_handle_at and NFS exports reach objects wherever they moved, after the kernel forgot them (see docs/posix.md)\n")
+	} else {
+		fmt.Fprintf(w, "file handles: no: %s cannot find objects by identity; a handle goes stale (ESTALE) once the kernel has forgotten its object\n", andList(who))
+	}
 	var mo []string
 	for _, k := range mountOptions {
 		v := s.mountOption(k)
@@ -108,6 +113,31 @@ func (s *Spec) clearPath(name string) bool {
 		}
 	}
 	return false
+}
+
+// cannotFind lists the layers at or below name that keep file handles from
+// working (see layer.Finder): a bottom layer or a layer that changes names
+// or placement, or that has several lowers, and does not find by identity.
+func (s *Spec) cannotFind(name string) []string {
+	var out []string
+	seen := map[string]bool{}
+	var walk func(string)
+	walk = func(n string) {
+		l := s.Layers[n]
+		if l == nil || l.t == nil || seen[n] {
+			return
+		}
+		seen[n] = true
+		if !l.t.Finds && (len(l.Over) != 1 || l.t.Changes&(layer.ChangesNames|layer.ChangesPlacement) != 0) {
+			out = append(out, fmt.Sprintf("layer %q (%s)", n, l.Type))
+			return
+		}
+		for _, o := range l.Over {
+			walk(o)
+		}
+	}
+	walk(name)
+	return out
 }
 
 // lacks is what the stack under name cannot do (the union of its types'
@@ -197,6 +227,11 @@ func (s *Spec) explainLayer(e *explainer, name, prefix string, last, root bool, 
 				line("%s = %s", o.Name, FormatValue(o, raw, typed, false))
 			case typed != nil:
 				line("%s = %s (default)", o.Name, FormatValue(o, o.Default, typed, false))
+			}
+		}
+		if t.Explain != nil {
+			for _, x := range t.Explain(l.Values, l.Over) {
+				line("%s", x)
 			}
 		}
 	}

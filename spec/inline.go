@@ -16,7 +16,7 @@ const InlineFile = "inline"
 // The inline form describes a chain of layers over one directory, top layer
 // first, on one line:
 //
-//	inline  = chain ":" DIR | chain | DIR
+//	inline  = chain ":" DIR { ":" DIR } | chain | DIR
 //	chain   = layer { "," layer }
 //	layer   = TYPE [ "(" [ option { "," option } ] ")" ]
 //	option  = NAME "=" value
@@ -25,7 +25,8 @@ const InlineFile = "inline"
 //	TYPE, NAME = letters, digits, - and _
 //
 // ":DIR" is short for ",local(path=DIR)"; DIR is the rest of the text, as is
-// (but for spaces after the ":").
+// (but for spaces after the ":"); after a layer that takes several lowers
+// it is several directories separated by ":" (mergerfs's branches).
 // A chain without ":DIR" must end with a bottom layer. A text that starts
 // with "/", "./", "../" or "~/", or that names an existing directory, is a
 // DIR alone: local(path=DIR).
@@ -55,13 +56,13 @@ type inlineOpt struct {
 func ParseInline(text string) (*Spec, error) {
 	var errs ErrorList
 	p := &inlineParser{s: text, errs: &errs}
-	chain, dir, dirPos := p.parse()
+	chain, dirs, dirPos := p.parse()
 	s := &Spec{File: InlineFile, Inline: text, Layers: map[string]*Layer{}}
 	if len(errs) > 0 {
 		errs.fillLines(InlineFile, []byte(oneLine(text)))
 		return s, errs.err()
 	}
-	root := inlineTable(chain, dir, dirPos)
+	root := inlineTable(chain, dirs, dirPos)
 	c := &checker{errs: &errs, dir: ".", inline: true}
 	s = c.spec(InlineFile, root, false)
 	s.Inline = text
@@ -143,17 +144,17 @@ func isDirText(s string) bool {
 	return err == nil && fi.IsDir()
 }
 
-func (p *inlineParser) parse() ([]inlineLayer, string, Pos) {
+func (p *inlineParser) parse() ([]inlineLayer, []string, []Pos) {
 	if !utf8.ValidString(p.s) {
 		p.errorf(0, "the inline spec is not valid UTF-8")
-		return nil, "", Pos{}
+		return nil, nil, nil
 	}
 	if strings.TrimSpace(p.s) == "" {
 		p.errorf(0, "the inline spec is empty: expected a chain of layers over a directory, such as null:/srv/data")
-		return nil, "", Pos{}
+		return nil, nil, nil
 	}
 	if isDirText(p.s) {
-		return nil, expandHome(p.s), p.pos(0)
+		return nil, []string{expandHome(p.s)}, []Pos{p.pos(0)}
 	}
 	var chain []inlineLayer
 	for {
@@ -165,20 +166,20 @@ func (p *inlineParser) parse() ([]inlineLayer, string, Pos) {
 			} else {
 				p.errorf(p.i, "expected a layer type after \",\", found %s", p.found())
 			}
-			return nil, "", Pos{}
+			return nil, nil, nil
 		}
 		l := inlineLayer{typ: typ, typePos: p.pos(at)}
 		p.space()
 		if p.i < len(p.s) && p.s[p.i] == '(' {
 			p.i++
 			if !p.options(&l) {
-				return nil, "", Pos{}
+				return nil, nil, nil
 			}
 			p.space()
 		}
 		chain = append(chain, l)
 		if p.i >= len(p.s) {
-			return chain, "", Pos{}
+			return chain, nil, nil
 		}
 		switch p.s[p.i] {
 		case ',':
@@ -190,7 +191,23 @@ func (p *inlineParser) parse() ([]inlineLayer, string, Pos) {
 			dir := p.s[p.i:]
 			if dir == "" {
 				p.errorf(p.i, "expected a directory after \":\", found the end")
-				return nil, "", Pos{}
+				return nil, nil, nil
+			}
+			if t, ok := registry.Lookup(typ); ok && t.MaxLowers != 1 {
+				// A layer over several lowers: its directories, as
+				// mergerfs writes them, separated by ":".
+				var dirs []string
+				var at []Pos
+				i := p.i
+				for _, d := range strings.Split(dir, ":") {
+					if strings.TrimSpace(d) == "" {
+						p.errorf(i, "expected a directory between \":\" (layer type %q takes several: DIR:DIR...)", typ)
+						return nil, nil, nil
+					}
+					dirs, at = append(dirs, expandHome(strings.TrimSpace(d))), append(at, p.pos(i))
+					i += len(d) + 1
+				}
+				return chain, dirs, at
 			}
 			// "zstd:null:/srv/data" chains with ":": the directory would
 			// be "null:/srv/data". Say how a chain is written (a real
@@ -199,17 +216,17 @@ func (p *inlineParser) parse() ([]inlineLayer, string, Pos) {
 				if _, err := os.Stat(expandHome(dir)); err != nil {
 					fixed := p.s[:p.i-1] + "," + dir
 					p.errorf(p.i, "the directory %q starts with the layer type %q: the layers of a chain are separated by \",\" (did you mean %q?)", dir, strings.TrimSpace(t), fixed)
-					return nil, "", Pos{}
+					return nil, nil, nil
 				}
 			}
-			return chain, expandHome(dir), p.pos(p.i)
+			return chain, []string{expandHome(dir)}, []Pos{p.pos(p.i)}
 		}
 		hint := ""
 		if p.s[p.i] == '/' || p.s[p.i] == '.' {
 			hint = " (to name a directory, start it with / or ./)"
 		}
 		p.errorf(p.i, "expected \"(\", \",\" or \":\" after layer type %q, found %s%s", typ, p.found(), hint)
-		return nil, "", Pos{}
+		return nil, nil, nil
 	}
 }
 
@@ -312,7 +329,7 @@ func expandHome(dir string) string {
 
 // inlineTable builds the same value tree a spec file gives, with positions
 // in the inline text, so that one checker serves both forms.
-func inlineTable(chain []inlineLayer, dir string, dirPos Pos) *table {
+func inlineTable(chain []inlineLayer, dirs []string, dirPos []Pos) *table {
 	root := newTable(Pos{File: InlineFile, Line: 1, Col: 1})
 	layers := newTable(root.pos)
 	used := map[string]bool{}
@@ -342,16 +359,24 @@ func inlineTable(chain []inlineLayer, dir string, dirPos Pos) *table {
 		names = append(names, n)
 		tabs = append(tabs, t)
 	}
-	if dir != "" || len(chain) == 0 {
+	chained := len(names)
+	for k, dir := range dirs {
 		n := nameOf("local")
-		t := newTable(dirPos)
-		t.set("type", &value{kind: vString, s: "local", pos: dirPos, keyPos: dirPos})
-		t.set("path", &value{kind: vString, s: dir, raw: dir, pos: dirPos, keyPos: dirPos})
+		t := newTable(dirPos[k])
+		t.set("type", &value{kind: vString, s: "local", pos: dirPos[k], keyPos: dirPos[k]})
+		t.set("path", &value{kind: vString, s: dir, raw: dir, pos: dirPos[k], keyPos: dirPos[k]})
 		names = append(names, n)
 		tabs = append(tabs, t)
 	}
 	for i, n := range names {
-		if i+1 < len(names) {
+		switch {
+		case i+1 == chained && len(dirs) > 1:
+			over := &value{kind: vArray, pos: tabs[i+1].pos, keyPos: tabs[i+1].pos}
+			for k := range dirs {
+				over.arr = append(over.arr, &value{kind: vString, s: names[chained+k], pos: dirPos[k], keyPos: dirPos[k]})
+			}
+			tabs[i].set("over", over)
+		case i+1 < len(names) && i < chained:
 			tabs[i].set("over", &value{kind: vString, s: names[i+1], pos: tabs[i+1].pos, keyPos: tabs[i+1].pos})
 		}
 		layers.set(n, &value{kind: vTable, tab: tabs[i], pos: tabs[i].pos, keyPos: tabs[i].pos})

@@ -171,7 +171,20 @@ func TestInlineGood(t *testing.T) {
 		}
 		roundTrip(t, s)
 	}
-	s, err := spec.ParseInline("testkinds(n=7, flag=true, wait=2m, size=64KiB, mode=fast, list=a+b+c, key=\"s,e)c\"):" + dir)
+	// A layer over several lowers takes their directories, ":" between.
+	dir2 := t.TempDir()
+	s, err := spec.ParseInline("mux(names=a+b): " + dir + ":" + dir2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := s.Layers["mux"].Over; len(o) != 2 || s.Layers[o[0]].Values.String("path") != dir || s.Layers[o[1]].Values.String("path") != dir2 {
+		t.Fatalf("mux over two directories: %v", o)
+	}
+	roundTrip(t, s)
+	if _, err := spec.ParseInline("mux:" + dir + "::" + dir2); err == nil || !strings.Contains(err.Error(), "expected a directory between") {
+		t.Fatalf("an empty directory between colons: %v", err)
+	}
+	s, err = spec.ParseInline("testkinds(n=7, flag=true, wait=2m, size=64KiB, mode=fast, list=a+b+c, key=\"s,e)c\"):" + dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,6 +71,10 @@ const (
 	// (EOPNOTSUPP), a larger largest file (no EFBIG at 1 PiB or 16 TiB); the suite
 	// skips those.
 	LowerTmpfs Limit = "lower-tmpfs"
+	// NoWhiteout: renameat2(RENAME_WHITEOUT) is refused (EINVAL): the
+	// stack's own whiteouts would be confused with it (a union, as the
+	// kernel's overlayfs); the suite skips it.
+	NoWhiteout Limit = "no-whiteout"
 )
 
 // Framework is what no stack does yet, because the framework does not: the

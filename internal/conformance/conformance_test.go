@@ -8,6 +8,7 @@ import (
 	"cairn/internal/conformance"
 	"cairn/internal/mounttest"
 	"cairn/layer"
+	"cairn/layer/fanout"
 	"cairn/layers/acl"
 	"cairn/layers/codec"
 	"cairn/layers/crypt"
@@ -15,6 +16,7 @@ import (
 	"cairn/layers/mux"
 	"cairn/layers/null"
 	"cairn/layers/snoop"
+	"cairn/layers/union"
 )
 
 // stacks is the table: every layer type, and the pairs that matter. A new
@@ -33,6 +35,8 @@ var stacks = []conformance.Stack{
 	{Name: "null-tmpfs-inside", Setup: tmpfsInside, Build: func(t testing.TB, d string) layer.FS { return null.New(lower(t, d)) }, Dirs: []string{"", "sub"}, Limits: onTmpfs},
 	{Name: "snoop-crypt", Build: func(t testing.TB, d string) layer.FS { return snoopOver(t, cryptOver(t, lower(t, d))) }, Limits: cryptLimits},
 	{Name: "acl-zstd", Build: func(t testing.TB, d string) layer.FS { return aclOver(codecOver("zstd")(t, d)) }, Limits: holes("codec")},
+	{Name: "chain-zstd-crypt", Build: chainOver, Limits: holes("codec and crypt")},
+	{Name: "union", Build: unionOver, Limits: map[conformance.Limit]string{conformance.NoWhiteout: "a whiteout is the union's own (overlayfs refuses it too)"}},
 	{Name: "null-mux", Build: func(t testing.TB, d string) layer.FS { return null.New(muxTmpfsDisk(t, d)) }, Dirs: []string{"tmp", "disk"}, Limits: onTmpfs},
 }
 
@@ -87,6 +91,54 @@ func cryptOver(t testing.TB, l layer.FS) layer.FS {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// unionOver is a union of d (read-write) over a read-only branch with a
+// few files of its own, outside the directories the cases use.
+func unionOver(t testing.TB, d string) layer.FS {
+	lo := t.TempDir()
+	u, err := union.New([]fanout.Branch{{FS: lower(t, d), Mode: fanout.RW}, {FS: lower(t, lo), Mode: fanout.RO}}, union.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// cryptContent is crypt's content encryption of a new volume (its
+// configuration kept outside d), storing files in d's lower.
+func cryptContent(t testing.TB, l layer.FS) *crypt.Content {
+	ctx := context.Background()
+	cl := lower(t, t.TempDir())
+	pass := []byte("conformance")
+	if _, err := crypt.Init(ctx, cl, crypt.InitParams{KDF: crypt.KDF{Name: crypt.Scrypt, N: crypt.ScryptMinN, R: 8, P: 1}}, pass); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := crypt.ReadConfig(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	master, err := cfg.Unwrap(pass)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := crypt.NewContent(l, cfg, master, crypt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// chainOver stores every file zstd-encoded, then encrypted, under its own
+// name: two transforms chained over one lower (layer.Transform), as a
+// chain of the chains layer stores a file.
+func chainOver(t testing.TB, d string) layer.FS {
+	l := lower(t, d)
+	mid := layer.NewTransformed(l, cryptContent(t, l))
+	z, err := codec.NewEngine(mid, "zstd", codec.Options{Level: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return layer.NewTransformed(mid, z)
 }
 
 func codecOver(kind string) func(t testing.TB, d string) layer.FS {

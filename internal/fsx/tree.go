@@ -28,6 +28,18 @@ type TreeConfig struct {
 	Workers    int
 	Seed       uint64 // 0: random (printed)
 	CheckEvery int    // compare the whole trees every so many operations (default 200)
+	// Prepared: the workers' subdirectories (fsx-tree-N) exist in Dir
+	// and Oracle already, filled alike (a union's lower branch).
+	Prepared bool
+	// NoExchange leaves RENAME_EXCHANGE out.
+	NoExchange bool
+	// RenameEXDEV accepts EXDEV from a rename of a directory under test,
+	// which is then not done on the oracle either (mv copies instead):
+	// overlayfs's answer for a directory with lower parts.
+	RenameEXDEV bool
+	// NoDirNlink leaves directories' link counts out of the comparison
+	// (overlayfs shows 1 for a merged directory).
+	NoDirNlink bool
 }
 
 // RunTree is the model check of namespace operations: random create,
@@ -70,6 +82,9 @@ func RunTree(t testing.TB, c TreeConfig) {
 		tw := &treeWorker{c: c, dir: filepath.Join(c.Dir, sub), oracle: filepath.Join(c.Oracle, sub),
 			r: rand.New(rand.NewPCG(c.Seed+uint64(w), c.Seed^0x2545f4914f6cdd1d))}
 		for _, d := range []string{tw.dir, tw.oracle} {
+			if c.Prepared {
+				break
+			}
 			if err := os.Mkdir(d, 0o755); err != nil {
 				t.Fatalf("fsx tree: %v", err)
 			}
@@ -113,12 +128,12 @@ func (w *treeWorker) run() string {
 			return w.failure(msg)
 		}
 		if (w.n+1)%w.c.CheckEvery == 0 {
-			if msg := compareTrees(w.dir, w.oracle); msg != "" {
+			if msg := compareTrees(w.dir, w.oracle, w.c.NoDirNlink); msg != "" {
 				return w.failure(msg)
 			}
 		}
 	}
-	if msg := compareTrees(w.dir, w.oracle); msg != "" {
+	if msg := compareTrees(w.dir, w.oracle, w.c.NoDirNlink); msg != "" {
 		return w.failure(msg)
 	}
 	return ""
@@ -134,6 +149,7 @@ func (w *treeWorker) step() string {
 	p, q := w.path(), w.path()
 	var desc string
 	var do func(base string) string // returns the result as text
+	mayEXDEV := false
 	switch op := w.r.IntN(100); {
 	case op < 20:
 		data := fmt.Sprintf("%d:%s\n", w.n, p)
@@ -161,6 +177,10 @@ func (w *treeWorker) step() string {
 		do = func(b string) string { return errText(unix.Rmdir(filepath.Join(b, p))) }
 	case op < 72:
 		flags := []uint{0, 0, unix.RENAME_NOREPLACE, unix.RENAME_EXCHANGE}[w.r.IntN(4)]
+		if w.c.NoExchange && flags == unix.RENAME_EXCHANGE {
+			flags = 0
+		}
+		mayEXDEV = w.c.RenameEXDEV
 		desc = fmt.Sprintf("rename %s %s flags %d", p, q, flags)
 		do = func(b string) string {
 			return errText(unix.Renameat2(unix.AT_FDCWD, filepath.Join(b, p), unix.AT_FDCWD, filepath.Join(b, q), flags))
@@ -189,7 +209,7 @@ func (w *treeWorker) step() string {
 			if err := unix.Lstat(filepath.Join(b, p), &st); err != nil {
 				return errText(err)
 			}
-			return fmt.Sprintf("ok mode %o nlink %d size %d", st.Mode&^0o7777, st.Nlink, regSize(&st))
+			return fmt.Sprintf("ok mode %o nlink %d size %d", st.Mode&^0o7777, nlink(&st, w.c.NoDirNlink), regSize(&st))
 		}
 	default:
 		desc = "readdir " + p
@@ -208,6 +228,19 @@ func (w *treeWorker) step() string {
 	if len(w.log) > 200 {
 		w.log = w.log[100:]
 	}
+	if mayEXDEV {
+		if got := do(w.dir); got == "EXDEV" {
+			w.log = append(w.log, fmt.Sprintf("%d: %s -> EXDEV (not done)", w.n, desc))
+			return ""
+		} else {
+			want := do(w.oracle)
+			w.log = append(w.log, fmt.Sprintf("%d: %s -> %s", w.n, desc, want))
+			if got != want {
+				return fmt.Sprintf("%s: %s, the oracle %s", desc, got, want)
+			}
+			return ""
+		}
+	}
 	want := do(w.oracle)
 	got := do(w.dir)
 	w.log = append(w.log, fmt.Sprintf("%d: %s -> %s", w.n, desc, want))
@@ -215,6 +248,14 @@ func (w *treeWorker) step() string {
 		return fmt.Sprintf("%s: %s, the oracle %s", desc, got, want)
 	}
 	return ""
+}
+
+// nlink is st's link count, 0 for a directory when noDir.
+func nlink(st *unix.Stat_t, noDir bool) uint64 {
+	if noDir && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return 0
+	}
+	return uint64(st.Nlink)
 }
 
 // regSize is the size of regular files and symlinks (directory sizes are
@@ -238,12 +279,12 @@ func errText(err error) string {
 }
 
 // compareTrees walks both trees and returns the first difference.
-func compareTrees(dir, oracle string) string {
-	a, err := describeTree(dir)
+func compareTrees(dir, oracle string, noDirNlink bool) string {
+	a, err := describeTree(dir, noDirNlink)
 	if err != nil {
 		return err.Error()
 	}
-	b, err := describeTree(oracle)
+	b, err := describeTree(oracle, noDirNlink)
 	if err != nil {
 		return "oracle: " + err.Error()
 	}
@@ -265,7 +306,7 @@ func compareTrees(dir, oracle string) string {
 // describeTree lists every entry under root, sorted: its path, type, size
 // (files and symlinks), link count, contents or target, and which earlier
 // entry it is a hard link of.
-func describeTree(root string) ([]string, error) {
+func describeTree(root string, noDirNlink bool) ([]string, error) {
 	var out []string
 	first := map[uint64]string{} // inode -> first path seen
 	var walk func(rel string) error
@@ -286,7 +327,7 @@ func describeTree(root string) ([]string, error) {
 			if err := unix.Lstat(full, &st); err != nil {
 				return err
 			}
-			s := fmt.Sprintf("%s type %o nlink %d size %d", p, st.Mode&unix.S_IFMT, st.Nlink, regSize(&st))
+			s := fmt.Sprintf("%s type %o nlink %d size %d", p, st.Mode&unix.S_IFMT, nlink(&st, noDirNlink), regSize(&st))
 			switch st.Mode & unix.S_IFMT {
 			case unix.S_IFREG:
 				if f, ok := first[st.Ino]; ok {

@@ -47,6 +47,10 @@ func ParseMode(s string) (Mode, error) {
 type Branch struct {
 	FS   layer.FS
 	Mode Mode
+	// MinFree is the free space (bytes available to unprivileged users)
+	// below which the branch gets no new objects (mergerfs's
+	// minfreespace); 0: no minimum.
+	MinFree uint64
 }
 
 // Policy chooses the branch that gets a new object (create, mkdir, mknod,
@@ -57,20 +61,28 @@ type Policy interface {
 	Create(ctx context.Context, bs []Branch, path string) (int, error)
 }
 
-// Policies are the policies by name: mergerfs's create policies.
+// Policies are the policies by name: mergerfs's create policies. Each
+// chooses among the RW branches with at least their MinFree of free space.
 //   - ff: first found, the first RW branch;
 //   - epff: existing path, first found: the first RW branch that has the
 //     new object's parent directory;
 //   - mfs, lfs: the RW branch with the most (least) free space;
-//   - epmfs: among those that have the parent directory, the most free;
-//   - rand: a random RW branch.
+//   - lus: the RW branch with the least used space;
+//   - epmfs, eplfs: among those that have the parent directory, the most
+//     (least) free;
+//   - rand: a random RW branch;
+//   - pfrd: a random RW branch, each as likely as its share of the free
+//     space.
 var Policies = map[string]Policy{
 	"ff":    choose{},
 	"epff":  choose{existing: true},
 	"mfs":   choose{space: +1},
 	"lfs":   choose{space: -1},
+	"lus":   choose{space: -1, used: true},
 	"epmfs": choose{existing: true, space: +1},
+	"eplfs": choose{existing: true, space: -1},
 	"rand":  choose{random: true},
+	"pfrd":  choose{random: true, space: +1},
 }
 
 // PolicyNames are the names of Policies, sorted.
@@ -93,18 +105,39 @@ func PolicyByName(name string) (Policy, error) {
 
 type choose struct {
 	existing bool
-	space    int // +1 most free, -1 least free, 0 first
-	random   bool
+	space    int  // +1 most free, -1 least free, 0 first
+	used     bool // space counts used space, not free
+	random   bool // with space: weighted by free space
+}
+
+// free is branch b's free space (bytes available) and used space.
+func free(ctx context.Context, b Branch) (avail, used uint64, err error) {
+	st, err := b.FS.Statfs(ctx, "")
+	if err != nil {
+		return 0, 0, err
+	}
+	return st.Bavail * uint64(st.Bsize), (st.Blocks - st.Bfree) * uint64(st.Bsize), nil
 }
 
 func (c choose) Create(ctx context.Context, bs []Branch, path string) (int, error) {
 	var cand []int
+	full := false
 	for i, b := range bs {
-		if b.Mode == RW {
-			cand = append(cand, i)
+		if b.Mode != RW {
+			continue
 		}
+		if b.MinFree > 0 {
+			if avail, _, err := free(ctx, b); err != nil || avail < b.MinFree {
+				full = true
+				continue
+			}
+		}
+		cand = append(cand, i)
 	}
 	if len(cand) == 0 {
+		if full {
+			return -1, syscall.ENOSPC
+		}
 		return -1, syscall.EROFS
 	}
 	if c.existing {
@@ -121,18 +154,39 @@ func (c choose) Create(ctx context.Context, bs []Branch, path string) (int, erro
 		cand = has
 	}
 	switch {
-	case c.random:
+	case c.random && c.space == 0:
 		return cand[rand.IntN(len(cand))], nil
+	case c.random:
+		var total uint64
+		frees := make([]uint64, len(cand))
+		for k, i := range cand {
+			frees[k], _, _ = free(ctx, bs[i])
+			total += frees[k]
+		}
+		if total == 0 {
+			return cand[rand.IntN(len(cand))], nil
+		}
+		r := rand.Uint64N(total)
+		for k, f := range frees {
+			if r < f {
+				return cand[k], nil
+			}
+			r -= f
+		}
+		return cand[len(cand)-1], nil
 	case c.space != 0:
-		best, bestFree := -1, uint64(0)
+		best, bestV := -1, uint64(0)
 		for _, i := range cand {
-			st, err := bs[i].FS.Statfs(ctx, "")
+			avail, used, err := free(ctx, bs[i])
 			if err != nil {
 				continue
 			}
-			free := st.Bavail * uint64(st.Bsize)
-			if best < 0 || c.space > 0 && free > bestFree || c.space < 0 && free < bestFree {
-				best, bestFree = i, free
+			v := avail
+			if c.used {
+				v = used
+			}
+			if best < 0 || c.space > 0 && v > bestV || c.space < 0 && v < bestV {
+				best, bestV = i, v
 			}
 		}
 		if best < 0 {

@@ -37,11 +37,11 @@ func TestPolicies(t *testing.T) {
 	root := map[string]bool{"": true}
 	withD := map[string]bool{"": true, "d": true}
 	bs := []Branch{
-		{&fake{dirs: withD, avail: 900, bsize: 4096}, RO}, // never chosen
-		{&fake{dirs: root, avail: 100, bsize: 4096}, RW},
-		{&fake{dirs: withD, avail: 50, bsize: 4096}, RW},
-		{&fake{dirs: withD, avail: 500, bsize: 4096}, RW},
-		{&fake{dirs: withD, avail: 800, bsize: 4096}, NC}, // never chosen
+		{FS: &fake{dirs: withD, avail: 900, bsize: 4096}, Mode: RO}, // never chosen
+		{FS: &fake{dirs: root, avail: 100, bsize: 4096}, Mode: RW},
+		{FS: &fake{dirs: withD, avail: 50, bsize: 4096}, Mode: RW},
+		{FS: &fake{dirs: withD, avail: 500, bsize: 4096}, Mode: RW},
+		{FS: &fake{dirs: withD, avail: 800, bsize: 4096}, Mode: NC}, // never chosen
 	}
 	for _, c := range []struct {
 		policy, path string
@@ -55,6 +55,8 @@ func TestPolicies(t *testing.T) {
 		{"lfs", "d/x", 2, nil},
 		{"epmfs", "d/x", 3, nil},
 		{"epmfs", "x", 3, nil},
+		{"eplfs", "d/x", 2, nil},
+		{"lus", "d/x", 3, nil}, // used: 900, 950, 500 blocks
 	} {
 		p, err := PolicyByName(c.policy)
 		if err != nil {
@@ -74,8 +76,34 @@ func TestPolicies(t *testing.T) {
 	if _, err := p.Create(ctx, bs[:1], "x"); err != syscall.EROFS {
 		t.Errorf("no RW branch: %v, want EROFS", err)
 	}
-	if _, err := PolicyByName("pfrd"); err == nil {
+	if _, err := PolicyByName("lpfrd"); err == nil {
 		t.Error("an unknown policy name was taken")
+	}
+	// pfrd: as likely as the share of free space (100, 50, 500 of 650).
+	p, _ = PolicyByName("pfrd")
+	n := map[int]int{}
+	for i := 0; i < 2000; i++ {
+		got, err := p.Create(ctx, bs, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n[got]++
+	}
+	if n[3] < n[1] || n[1] < n[2] || n[0] != 0 || n[4] != 0 {
+		t.Errorf("pfrd chose %v", n)
+	}
+	// A branch under its minimum free space gets nothing; all under it:
+	// ENOSPC.
+	mf := append([]Branch(nil), bs...)
+	mf[3].MinFree = 501 * 4096
+	if got, _ := Policies["mfs"].Create(ctx, mf, "d/x"); got != 1 {
+		t.Errorf("mfs with branch 3 under its minimum: %d", got)
+	}
+	for i := range mf {
+		mf[i].MinFree = 1 << 40
+	}
+	if _, err := Policies["ff"].Create(ctx, mf, "x"); err != syscall.ENOSPC {
+		t.Errorf("every branch under its minimum: %v, want ENOSPC", err)
 	}
 	if m, err := ParseMode("nc"); err != nil || m != NC {
 		t.Errorf("ParseMode(nc) = %v %v", m, err)

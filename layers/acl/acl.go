@@ -83,50 +83,30 @@ func (fs *FS) ReloadRules(r registry.Rules) error {
 func (fs *FS) Before(ctx context.Context, op *layer.Op) error {
 	c := &who{Caller: layer.CallerOf(ctx)}
 	rs := fs.rules.Load()
-	var classes Class
-	path := op.Path
+	first, second := op.Classes()
 	switch op.Name {
-	case "readdir":
-		classes = Read
-	case "open":
-		classes = openClasses(op.Flags)
-	case "create":
-		classes = Create | openClasses(op.Flags)
-	case "mkdir", "mknod", "symlink":
-		classes = Create
-	case "unlink", "rmdir":
-		classes = Delete
-	case "setattr", "fsetattr":
-		classes = setattrClasses(op.Set)
 	case "getxattr":
 		// ls -l and the kernel ask for ACLs and security labels as they
 		// ask for attributes: reading those is not policed.
-		if !strings.HasPrefix(op.Path2, "system.") && !strings.HasPrefix(op.Path2, "security.") {
-			classes = Xattr
+		if strings.HasPrefix(op.Path2, "system.") || strings.HasPrefix(op.Path2, "security.") {
+			return nil
 		}
-	case "listxattr", "setxattr", "removexattr":
-		classes = Xattr
 	case "link":
-		if err := fs.check(rs, c, op, Create, op.Path2); err != nil {
+		if err := fs.check(rs, c, op, second, op.Path2); err != nil {
 			return err
 		}
 		return fs.gain(rs, c, op, op.Path, op.Path2, func() bool { return false })
 	case "rename":
-		// A rename is a removal from the source directory and a creation
-		// in the target one; replacing a file is also a write of it. With
-		// RENAME_EXCHANGE each name is both.
-		from, to := Rename|Delete, Rename|Create
-		if op.Flags&unix.RENAME_EXCHANGE != 0 {
-			from, to = Rename|Delete|Create|Write, Rename|Delete|Create|Write
-		} else if op.Flags&unix.RENAME_NOREPLACE == 0 {
+		// Replacing a file is also a write of it.
+		if op.Flags&(unix.RENAME_EXCHANGE|unix.RENAME_NOREPLACE) == 0 {
 			if _, err := fs.Lower.Getattr(ctx, op.Path2); err == nil {
-				to |= Write
+				second |= Write
 			}
 		}
-		if err := fs.check(rs, c, op, from, op.Path); err != nil {
+		if err := fs.check(rs, c, op, first, op.Path); err != nil {
 			return err
 		}
-		if err := fs.check(rs, c, op, to, op.Path2); err != nil {
+		if err := fs.check(rs, c, op, second, op.Path2); err != nil {
 			return err
 		}
 		isDir := func(p string) func() bool {
@@ -144,18 +124,11 @@ func (fs *FS) Before(ctx context.Context, op *layer.Op) error {
 			return nil // judged at open; the rules cannot change
 		}
 		c = &who{Caller: op.Opener} // mmap pages are written back by "uid 0"
-		classes = Write
-		if op.Name == "read" {
-			classes = Read
-		}
-		if op.Name == "copy_file_range" {
-			if err := fs.check(rs, c, op, Write, op.Path2); err != nil {
-				return err
-			}
-			classes = Read
+		if err := fs.check(rs, c, op, second, op.Path2); err != nil {
+			return err
 		}
 	}
-	return fs.check(rs, c, op, classes, path)
+	return fs.check(rs, c, op, first, op.Path)
 }
 
 // After does nothing: denials are logged by check.
@@ -193,39 +166,4 @@ func (fs *FS) denied(c *who, op *layer.Op, k Class, path, rule string, err error
 		slog.Warn("acl: denied", "op", op.Name, "class", k.String(), "path", path, "uid", c.Uid, "gid", c.Gid,
 			"pid", c.Pid, "comm", c.Comm(), "rule", rule, "errno", err.(syscall.Errno).Error())
 	}
-}
-
-// fmodeExec is the kernel's __FMODE_EXEC: execve opens with it.
-const fmodeExec = 0x20
-
-func openClasses(flags int) Class {
-	var k Class
-	switch flags & unix.O_ACCMODE {
-	case unix.O_RDONLY:
-		k = Read
-	case unix.O_WRONLY:
-		k = Write
-	default:
-		k = Read | Write
-	}
-	if flags&fmodeExec != 0 {
-		k = Exec
-	}
-	if flags&unix.O_TRUNC != 0 {
-		k |= Write
-	}
-	return k
-}
-
-// setattrClasses: truncation and setting the times to now (touch) are
-// writes; chmod, chown and setting given times are setattr.
-func setattrClasses(s *layer.SetAttr) Class {
-	var k Class
-	if s.Valid&(layer.SetSize|layer.SetAtimeNow|layer.SetMtimeNow) != 0 {
-		k |= Write
-	}
-	if s.Valid&(layer.SetMode|layer.SetUid|layer.SetGid|layer.SetAtime|layer.SetMtime) != 0 {
-		k |= Setattr
-	}
-	return k
 }

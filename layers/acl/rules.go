@@ -16,32 +16,20 @@ import (
 	"cairn/registry"
 )
 
-// Class is a class of operations, or a set of them.
-type Class uint16
+// Class is a class of operations, or a set of them (layer.Class).
+type Class = layer.Class
 
 const (
-	Read    Class = 1 << iota // open for reading, read, readdir
-	Write                     // open for writing, write, truncate, fallocate, touch
-	Create                    // create, mkdir, mknod, symlink, link (the new name)
-	Delete                    // unlink, rmdir
-	Rename                    // rename (both names)
-	Setattr                   // chmod, chown, setting given times
-	Xattr                     // get, list, set and remove extended attributes
-	Exec                      // execve
-	All     = Exec<<1 - 1
+	Read    = layer.ClassRead
+	Write   = layer.ClassWrite
+	Create  = layer.ClassCreate
+	Delete  = layer.ClassDelete
+	Rename  = layer.ClassRename
+	Setattr = layer.ClassSetattr
+	Xattr   = layer.ClassXattr
+	Exec    = layer.ClassExec
+	All     = layer.ClassAll
 )
-
-var classNames = []string{"read", "write", "create", "delete", "rename", "setattr", "xattr", "exec"}
-
-func (k Class) String() string {
-	var s []string
-	for i, n := range classNames {
-		if k&(1<<i) != 0 {
-			s = append(s, n)
-		}
-	}
-	return strings.Join(s, "+")
-}
 
 // Rule is one rule: it applies to a caller, an operation class and a path
 // when each of its conditions holds (an empty condition always holds).
@@ -260,10 +248,4 @@ func FromRegistry(rules registry.Rules, allow bool) (*Rules, error) {
 	return rs, errors.Join(errs...)
 }
 
-func class(s string) (Class, error) {
-	i := slices.Index(classNames, s)
-	if i < 0 {
-		return 0, fmt.Errorf("unknown operation class %q (known: %s)", s, strings.Join(classNames, ", "))
-	}
-	return 1 << i, nil
-}
+func class(s string) (Class, error) { return layer.ParseClass(s) }

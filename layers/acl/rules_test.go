@@ -8,8 +8,6 @@ import (
 	"syscall"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"cairn/layer"
 	"cairn/pathmatch"
 	"cairn/registry"
@@ -82,34 +80,6 @@ func TestDecideGroupsAndProcs(t *testing.T) {
 	}
 	if ok, _ := rs.Decide(&layer.Caller{Uid: 1005, Gid: 1005, Pid: uint32(os.Getpid())}, Write, "x"); !ok {
 		t.Error("write by a caller not in group 61 refused")
-	}
-}
-
-func TestClasses(t *testing.T) {
-	for _, c := range []struct {
-		flags int
-		want  Class
-	}{
-		{unix.O_RDONLY, Read}, {unix.O_WRONLY, Write}, {unix.O_RDWR, Read | Write},
-		{unix.O_RDONLY | unix.O_TRUNC, Read | Write}, {unix.O_RDONLY | fmodeExec, Exec},
-	} {
-		if got := openClasses(c.flags); got != c.want {
-			t.Errorf("open %#x: %v, want %v", c.flags, got, c.want)
-		}
-	}
-	for _, c := range []struct {
-		v    layer.SetAttrMask
-		want Class
-	}{
-		{layer.SetSize, Write}, {layer.SetAtimeNow | layer.SetMtimeNow, Write}, {layer.SetMode, Setattr},
-		{layer.SetUid | layer.SetGid, Setattr}, {layer.SetMtime, Setattr}, {layer.SetSize | layer.SetMode, Write | Setattr},
-	} {
-		if got := setattrClasses(&layer.SetAttr{Valid: c.v}); got != c.want {
-			t.Errorf("setattr %#x: %v, want %v", c.v, got, c.want)
-		}
-	}
-	if s := (Read | Exec).String(); s != "read+exec" {
-		t.Errorf("class string %q", s)
 	}
 }
 

@@ -10,4 +10,5 @@ import (
 	_ "cairn/layers/mux"
 	_ "cairn/layers/null"
 	_ "cairn/layers/snoop"
+	_ "cairn/layers/union"
 )

@@ -203,7 +203,7 @@ func BenchmarkAppendLayer(b *testing.B) {
 		for _, tails := range []bool{true, false} {
 			b.Run(fmt.Sprintf("%s/tails=%v", name, tails), func(b *testing.B) {
 				_, fs := newStack(b, name, Options{FastTails: tails})
-				cs := int(fs.kind.chunk())
+				cs := int(fs.e.kind.chunk())
 				data := text(rand.New(rand.NewPCG(1, 1)), 2*cs+cs/2)
 				if err := layer.WriteFile(ctx, fs, "log", data, 0o644); err != nil {
 					b.Fatal(err)

@@ -131,7 +131,7 @@ func (fs *FS) Check(ctx context.Context, path string, mode Mode) (Report, error)
 		return rep, err
 	}
 	defer lf.Release(ctx)
-	a := &state{fs: fs, path: path, lower: lf, ro: true}
+	a := &state{fs: fs.e, path: path, lower: lf, ro: true}
 	if err := a.load(ctx); err != nil {
 		return rep, err
 	}
@@ -171,7 +171,7 @@ func (fs *FS) Check(ctx context.Context, path string, mode Mode) (Report, error)
 	}
 	slotsBad := good < 2
 	// The whole log, scanned.
-	b := &state{fs: fs, path: path, lower: lf, shift: a.shift, cs: a.cs, salt: a.salt,
+	b := &state{fs: fs.e, path: path, lower: lf, shift: a.shift, cs: a.cs, salt: a.salt,
 		chunks: map[int64][]op{}, dirty: map[int64]*dirty{}, cache: map[int64][]byte{}}
 	var recs []srec
 	gens := map[uint64]bool{}
@@ -458,7 +458,7 @@ func Walk(ctx context.Context, fs layer.FS, dir string, fn func(path string) err
 func (fs *FS) Fsck(ctx context.Context, mode layer.CheckMode, progress func(done, total int, path string), report func(layer.FileReport)) (layer.CheckSummary, error) {
 	var files []string
 	if err := Walk(ctx, fs, "", func(p string) error { files = append(files, p); return nil }); err != nil {
-		return layer.CheckSummary{}, fmt.Errorf("listing the files of the %s layer: %w", fs.kind.Name, err)
+		return layer.CheckSummary{}, fmt.Errorf("listing the files of the %s layer: %w", fs.e.kind.Name, err)
 	}
 	sum := layer.CheckSummary{LostFound: LostFound}
 	var problems, damaged, repaired int
@@ -489,6 +489,6 @@ func (fs *FS) Fsck(ctx context.Context, mode layer.CheckMode, progress func(done
 		report(fr)
 	}
 	sum.Line = fmt.Sprintf("%s layer: %d files checked, %d repaired, %d index problems left, %d damaged chunks",
-		fs.kind.Name, len(files), repaired, problems, damaged)
+		fs.e.kind.Name, len(files), repaired, problems, damaged)
 	return sum, nil
 }

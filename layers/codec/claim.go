@@ -21,18 +21,18 @@ func Claim(ctx context.Context, top layer.FS) error { return layer.ClaimStack(ct
 // engines on one file corrupt it). A codec layer over a layer that changes
 // data (no descriptor to lock) is not locked.
 func (fs *FS) Claim(ctx context.Context) error {
-	fs.mu.Lock()
+	fs.rmu.Lock()
 	claimed := fs.release != nil
-	fs.mu.Unlock()
+	fs.rmu.Unlock()
 	if claimed {
 		return nil
 	}
-	release, err := layer.LockLower(ctx, fs.Lower, fs.kind.Name)
+	release, err := layer.LockLower(ctx, fs.Lower, fs.e.kind.Name)
 	if err != nil {
 		return err
 	}
-	fs.mu.Lock()
+	fs.rmu.Lock()
 	fs.release = release // the lock lives until Close calls it
-	fs.mu.Unlock()
+	fs.rmu.Unlock()
 	return nil
 }

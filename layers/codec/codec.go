@@ -7,8 +7,9 @@
 // chunks it touches, a write appends new records for the chunks it changes
 // (its cost does not grow with the file), small appends are kept unencoded
 // until their chunk fills (fast tails), and a lost index is rebuilt from the
-// records. Names are unchanged, so every path operation is inherited from
-// layer.Base; open, read, write, sizes and truncation differ.
+// records. The engine is a layer.Transform (Engine): a codec layer is the
+// engine applied to every file (layer.Transformed), and a chain can apply
+// it to one file.
 package codec
 
 import (

@@ -15,7 +15,7 @@ import (
 // File is an open file of a codec layer: a handle on the file's shared
 // state.
 type File struct {
-	fs    *FS
+	fs    *Engine
 	st    *state
 	flags int
 	path  string

@@ -32,9 +32,11 @@ type Options struct {
 // say otherwise (see docs/codec-format.md for the measurements behind it).
 const DefaultChunkSize = 64 << 10
 
-// FS is a size-changing layer: one codec over the engine.
-type FS struct {
-	layer.Base
+// Engine is the Fast Indexing engine with one codec: a layer.Transform
+// that stores each file it is given as a log of encoded chunks in the file
+// of the same path below.
+type Engine struct {
+	Lower      layer.FS
 	kind       *Kind
 	codec      Codec
 	shift      uint8
@@ -48,6 +50,16 @@ type FS struct {
 	// idle are states without handles, kept loaded (the most recent last)
 	// so that opening a file again costs no index load and no decoding.
 	idle []*state
+}
+
+var _ layer.Transform = (*Engine)(nil)
+
+// FS is a size-changing layer: the engine applied to every file.
+type FS struct {
+	layer.Transformed
+	e *Engine
+
+	rmu sync.Mutex
 	// release lets go of the lock on the lower directory (see Claim).
 	release func()
 }
@@ -57,6 +69,16 @@ const maxIdle = 32
 
 // New stacks the codec called name ("copy", "gzip", ...) over lower.
 func New(lower layer.FS, name string, o Options) (*FS, error) {
+	e, err := NewEngine(lower, name, o)
+	if err != nil {
+		return nil, err
+	}
+	return &FS{Transformed: layer.Transformed{Base: layer.Base{Lower: lower}, T: e}, e: e}, nil
+}
+
+// NewEngine makes the engine of the codec called name over lower, to apply
+// to the files it is given (a link of a chain).
+func NewEngine(lower layer.FS, name string, o Options) (*Engine, error) {
 	var k *Kind
 	kindsMu.Lock()
 	for _, x := range kinds {
@@ -84,7 +106,7 @@ func New(lower layer.FS, name string, o Options) (*FS, error) {
 	if o.CompactMin == 0 {
 		o.CompactMin = 1 << 20
 	}
-	return &FS{Base: layer.Base{Lower: lower}, kind: k, codec: c, shift: uint8(bits.TrailingZeros64(uint64(o.ChunkSize))),
+	return &Engine{Lower: lower, kind: k, codec: c, shift: uint8(bits.TrailingZeros64(uint64(o.ChunkSize))),
 		fastTails: o.FastTails, compactMin: o.CompactMin, salt: o.salt, logger: o.Logger, states: map[layer.ID]*state{}}, nil
 }
 
@@ -136,17 +158,15 @@ func Register(k *Kind) {
 	})
 }
 
-func (fs *FS) Changes() layer.Changes { return layer.ChangesData | layer.ChangesAttrs }
-
 // Codec returns the layer's codec name.
-func (fs *FS) Codec() string { return fs.kind.Name }
+func (fs *FS) Codec() string { return fs.e.kind.Name }
 
 // ---- shared states -------------------------------------------------------
 
 // acquire returns the shared state of path's file, loading it if no handle
 // has it open. lf is a lower handle of path, opened read-write if possible;
 // it is kept or released.
-func (fs *FS) acquire(ctx context.Context, path string, lf layer.File, ro bool) (*state, layer.File, error) {
+func (fs *Engine) acquire(ctx context.Context, path string, lf layer.File, ro bool) (*state, layer.File, error) {
 	a, err := lf.Getattr(ctx)
 	if err != nil {
 		lf.Release(ctx)
@@ -198,7 +218,7 @@ func (fs *FS) acquire(ctx context.Context, path string, lf layer.File, ro bool) 
 
 // put drops one reference; the last one writes what is in memory and
 // releases the lower file.
-func (fs *FS) put(ctx context.Context, st *state) error {
+func (fs *Engine) put(ctx context.Context, st *state) error {
 	fs.mu.Lock()
 	st.refs--
 	last := st.refs == 0
@@ -251,7 +271,7 @@ func (fs *FS) put(ctx context.Context, st *state) error {
 }
 
 // unidle takes st off the idle list; fs.mu is held.
-func (fs *FS) unidle(st *state) {
+func (fs *Engine) unidle(st *state) {
 	if !st.idle {
 		return
 	}
@@ -264,9 +284,9 @@ func (fs *FS) unidle(st *state) {
 	}
 }
 
-// dropIdle forgets the idle state of inode ino (its last name is gone: the
+// Forget forgets the idle state of inode ino (its last name is gone: the
 // lower file must not be kept open).
-func (fs *FS) dropIdle(ctx context.Context, ino layer.ID) {
+func (fs *Engine) Forget(ctx context.Context, ino layer.ID) {
 	fs.mu.Lock()
 	st := fs.states[ino]
 	if st == nil || !st.idle {
@@ -280,30 +300,8 @@ func (fs *FS) dropIdle(ctx context.Context, ino layer.ID) {
 	st.lower.Release(ctx)
 }
 
-func (fs *FS) Unlink(ctx context.Context, path string) error {
-	a, aerr := fs.Lower.Getattr(ctx, path)
-	if err := fs.Lower.Unlink(ctx, path); err != nil {
-		return err
-	}
-	if aerr == nil && a.IsRegular() && a.Nlink <= 1 {
-		fs.dropIdle(ctx, a.ID())
-	}
-	return nil
-}
-
-func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32) error {
-	a, aerr := fs.Lower.Getattr(ctx, newpath)
-	if err := fs.Lower.Rename(ctx, oldpath, newpath, flags); err != nil {
-		return err
-	}
-	if aerr == nil && a.IsRegular() && a.Nlink <= 1 && flags&unix.RENAME_EXCHANGE == 0 {
-		fs.dropIdle(ctx, a.ID())
-	}
-	return nil
-}
-
 // Close releases the files kept open for closed handles.
-func (fs *FS) Close() error {
+func (fs *Engine) Close() error {
 	fs.mu.Lock()
 	idle := fs.idle
 	fs.idle = nil
@@ -311,20 +309,28 @@ func (fs *FS) Close() error {
 		st.idle, st.removed = false, true
 		delete(fs.states, st.ino)
 	}
-	release := fs.release
-	fs.release = nil
 	fs.mu.Unlock()
 	for _, st := range idle {
 		st.lower.Release(context.Background())
 	}
-	if release != nil {
-		release()
-	}
 	return nil
 }
 
+// Close closes the engine and lets go of the claim on the lower.
+func (fs *FS) Close() error {
+	err := fs.e.Close()
+	fs.rmu.Lock()
+	release := fs.release
+	fs.release = nil
+	fs.rmu.Unlock()
+	if release != nil {
+		release()
+	}
+	return err
+}
+
 // openLower opens path's lower file read-write when it can.
-func (fs *FS) openLower(ctx context.Context, path string, flags int) (layer.File, bool, error) {
+func (fs *Engine) openLower(ctx context.Context, path string, flags int) (layer.File, bool, error) {
 	lf, err := fs.Lower.Open(ctx, path, unix.O_RDWR|flags&unix.O_NOFOLLOW)
 	if err == nil {
 		return lf, false, nil
@@ -338,7 +344,7 @@ func (fs *FS) openLower(ctx context.Context, path string, flags int) (layer.File
 
 // openState opens path's state for an operation by path (truncate, stat of
 // a file left by a crash).
-func (fs *FS) openState(ctx context.Context, path string, flags int) (*state, error) {
+func (fs *Engine) openState(ctx context.Context, path string, flags int) (*state, error) {
 	st, lf, err := fs.openHandle(ctx, path, flags)
 	if lf != nil {
 		lf.Release(ctx)
@@ -348,7 +354,7 @@ func (fs *FS) openState(ctx context.Context, path string, flags int) (*state, er
 
 // openHandle opens path's state; the lower file it returns, if any, is a
 // handle of its own for the caller.
-func (fs *FS) openHandle(ctx context.Context, path string, flags int) (*state, layer.File, error) {
+func (fs *Engine) openHandle(ctx context.Context, path string, flags int) (*state, layer.File, error) {
 	lf, ro, err := fs.openLower(ctx, path, flags)
 	if err != nil {
 		return nil, nil, err
@@ -358,9 +364,9 @@ func (fs *FS) openHandle(ctx context.Context, path string, flags int) (*state, l
 
 // ---- path operations -----------------------------------------------------
 
-// logicalSize returns the size of the file whose lower attributes are a,
+// Stat gives the logical size of the file whose lower attributes are a,
 // without decoding data: from an open state, or from the header.
-func (fs *FS) logicalSize(ctx context.Context, path string, a *layer.Attr) error {
+func (fs *Engine) Stat(ctx context.Context, path string, a *layer.Attr) error {
 	if !a.IsRegular() {
 		return nil
 	}
@@ -408,92 +414,29 @@ func (fs *FS) logicalSize(ctx context.Context, path string, a *layer.Attr) error
 	return fs.put(ctx, st)
 }
 
-func (fs *FS) Getattr(ctx context.Context, path string) (layer.Attr, error) {
-	a, err := fs.Lower.Getattr(ctx, path)
+// Truncate sets the logical size of path's file.
+func (fs *Engine) Truncate(ctx context.Context, path, name string, size int64) error {
+	st, err := fs.openState(ctx, path, unix.O_WRONLY)
 	if err != nil {
-		return a, err
+		return err
 	}
-	return a, fs.logicalSize(ctx, path, &a)
-}
-
-func (fs *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirEntry, error) {
-	d, err := fs.OpenDir(ctx, path)
-	if err != nil {
-		return nil, err
+	st.mu.Lock()
+	err = st.truncate(ctx, size)
+	st.mu.Unlock()
+	if e := fs.put(ctx, st); err == nil {
+		err = e
 	}
-	defer d.Close()
-	return layer.ReadDirAll(ctx, d, plus)
-}
-
-// OpenDir streams the lower's listing with the files' logical sizes
-// (layer.DirOpener).
-func (fs *FS) OpenDir(ctx context.Context, path string) (layer.Dir, error) {
-	ld, err := layer.OpenDir(ctx, fs.Lower, path)
-	if err != nil {
-		return nil, err
-	}
-	return layer.MapDir(ld, func(ctx context.Context, e *layer.DirEntry) (bool, error) {
-		if a := e.Attr; a != nil && a.IsRegular() {
-			if err := fs.logicalSize(ctx, layer.Join(path, e.Name), a); err != nil {
-				e.Attr = nil // the kernel will ask with a lookup
-			}
-		}
-		return true, nil
-	}), nil
-}
-
-func (fs *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (layer.Attr, error) {
-	if in.Valid&layer.SetSize != 0 {
-		a, err := fs.Lower.Getattr(ctx, path)
-		if err != nil {
-			return a, err
-		}
-		if a.IsDir() {
-			return a, syscall.EISDIR
-		}
-		if !a.IsRegular() {
-			return a, syscall.EINVAL
-		}
-		st, err := fs.openState(ctx, path, unix.O_WRONLY)
-		if err != nil {
-			return layer.Attr{}, err
-		}
-		st.mu.Lock()
-		err = st.truncate(ctx, int64(in.Size))
-		st.mu.Unlock()
-		if e := fs.put(ctx, st); err == nil {
-			err = e
-		}
-		if err != nil {
-			return layer.Attr{}, err
-		}
-		rest := *in
-		rest.Valid &^= layer.SetSize
-		if rest.Valid == 0 {
-			return fs.Getattr(ctx, path)
-		}
-		in = &rest
-	}
-	if in.Valid&setTimes != 0 {
-		if err := fs.syncOpen(ctx, path); err != nil {
-			return layer.Attr{}, err
-		}
-	}
-	a, err := fs.Lower.Setattr(ctx, path, in)
-	if err != nil {
-		return a, err
-	}
-	return a, fs.logicalSize(ctx, path, &a)
+	return err
 }
 
 // setTimes are the changes of times that a later write to the lower file
 // would undo.
 const setTimes = layer.SetAtime | layer.SetMtime | layer.SetAtimeNow | layer.SetMtimeNow
 
-// syncOpen writes out what an open file at path has pending, so that a
+// Settle writes out what an open file at path has pending, so that a
 // change of its times or capability is not undone by a later write of the
 // engine.
-func (fs *FS) syncOpen(ctx context.Context, path string) error {
+func (fs *Engine) Settle(ctx context.Context, path string) error {
 	la, err := fs.Lower.Getattr(ctx, path)
 	if err != nil || !la.IsRegular() {
 		return nil // the lower setattr will say what is wrong
@@ -509,31 +452,10 @@ func (fs *FS) syncOpen(ctx context.Context, path string) error {
 	return st.sync(ctx, false, true)
 }
 
-// Setxattr of a file capability writes out what an open file has pending
-// first: the lower file system drops security.capability at every write,
-// so a later write of the engine (at the file's last close) would remove
-// the capability that setcap(8) just set.
-func (fs *FS) Setxattr(ctx context.Context, path, name string, value []byte, flags int) error {
-	if name == "security.capability" {
-		if err := fs.syncOpen(ctx, path); err != nil {
-			return err
-		}
-	}
-	return fs.Lower.Setxattr(ctx, path, name, value, flags)
-}
-
-func (fs *FS) Link(ctx context.Context, oldpath, newpath string) (layer.Attr, error) {
-	a, err := fs.Lower.Link(ctx, oldpath, newpath)
-	if err != nil {
-		return a, err
-	}
-	return a, fs.logicalSize(ctx, newpath, &a)
-}
-
 // lowerFlags are the flags the engine keeps for its own lower handle.
 const handleFlags = unix.O_APPEND | unix.O_SYNC | unix.O_DSYNC | unix.O_ACCMODE
 
-func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, error) {
+func (fs *Engine) Open(ctx context.Context, path, name string, flags int) (layer.File, error) {
 	st, lk, err := fs.openHandle(ctx, path, flags)
 	if err != nil {
 		return nil, err
@@ -551,7 +473,7 @@ func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, err
 	return f, nil
 }
 
-func (fs *FS) Create(ctx context.Context, path string, flags int, mode uint32) (layer.File, layer.Attr, error) {
+func (fs *Engine) Create(ctx context.Context, path, name string, flags int, mode uint32) (layer.File, layer.Attr, error) {
 	lf, a, err := fs.Lower.Create(ctx, path, unix.O_RDWR|flags&(unix.O_EXCL|unix.O_NOFOLLOW), mode)
 	if err != nil {
 		return nil, a, err

@@ -49,11 +49,11 @@ func writeSample(t *testing.T, fs *FS, name string, seed uint64) []byte {
 func liveOps(t *testing.T, fs *FS, name string) map[int64][]op {
 	t.Helper()
 	ctx := context.Background()
-	st, err := fs.openState(ctx, name, unix.O_RDONLY)
+	st, err := fs.e.openState(ctx, name, unix.O_RDONLY)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer fs.put(ctx, st)
+	defer fs.e.put(ctx, st)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	out := map[int64][]op{}

@@ -22,7 +22,7 @@ import (
 // chunks changed in memory and not yet written (dirty) and a few decoded
 // chunks (cache).
 type state struct {
-	fs  *FS
+	fs  *Engine
 	ino layer.ID
 
 	refs    int  // open handles; guarded by fs.mu
@@ -1348,7 +1348,7 @@ func (s *state) compact(ctx context.Context) error {
 	return nil
 }
 
-func (fs *FS) newSalt() uint32 {
+func (fs *Engine) newSalt() uint32 {
 	if fs.salt != 0 {
 		return fs.salt
 	}
@@ -1359,7 +1359,7 @@ func (fs *FS) newSalt() uint32 {
 	}
 }
 
-func (fs *FS) log() *slog.Logger {
+func (fs *Engine) log() *slog.Logger {
 	if fs.logger != nil {
 		return fs.logger
 	}

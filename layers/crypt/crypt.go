@@ -26,7 +26,7 @@ import (
 // FS is a crypt layer over one lower layer.
 type FS struct {
 	layer.Base
-	c     *content
+	t     *Content // the content: the files' bytes
 	names *names
 	xattr *names
 	meta  cipher.AEAD // symlink targets and xattr values
@@ -38,11 +38,7 @@ type FS struct {
 	bmu      sync.Mutex
 	badNames map[string]bool // lower paths of names left out of listings, logged once
 
-	mu        sync.Mutex
-	files     map[layer.ID]*fileState // open files, by lower identity (device, branch, inode)
-	pending   map[string]bool         // journals left by a crash (journal.go), by path
-	root      layer.ID                // the lower root's identity: its device and branch name journals
-	noJournal bool
+	mu sync.Mutex
 
 	xmu    sync.Mutex
 	xnames map[string]string // xattr name -> lower name (a few: ACLs, user.*)
@@ -119,7 +115,7 @@ func New(lower layer.FS, cfg *Config, master []byte, o Options) (*FS, error) {
 		o.Logger = slog.Default()
 	}
 	protectProcess()
-	c, err := newContent(cfg.Cipher, keep(subkey(master, "content", 32)), cfg.BlockSize, o.Rand)
+	t, err := NewContent(lower, cfg, master, o)
 	if err != nil {
 		return nil, err
 	}
@@ -132,17 +128,12 @@ func New(lower layer.FS, cfg *Config, master []byte, o Options) (*FS, error) {
 		return nil, err
 	}
 	fs := &FS{
-		Base: layer.Base{Lower: lower}, c: c, names: nm, xattr: xn,
+		Base: layer.Base{Lower: lower}, t: t, names: nm, xattr: xn,
 		meta:  newAEADClear(cfg.Cipher, subkey(master, "meta", 32)),
 		ivKey: keep(subkey(master, "diriv", 32)),
 		cache: newNameCache(o.CacheDirs, o.CacheNames), rand: o.Rand, log: o.Logger, badNames: map[string]bool{},
-		files: map[layer.ID]*fileState{}, xnames: map[string]string{},
-		noJournal: o.NoJournal,
+		xnames: map[string]string{},
 	}
-	if a, err := lower.Getattr(context.Background(), ""); err == nil {
-		fs.root = a.ID()
-	}
-	fs.loadPending(context.Background())
 	return fs, nil
 }
 
@@ -417,7 +408,7 @@ func (fs *FS) readSide(ctx context.Context, p string) ([]byte, error) {
 func (fs *FS) fixAttr(a *layer.Attr) {
 	switch {
 	case a.IsRegular():
-		a.Size, _ = fs.c.plainSize(a.Size)
+		fs.t.Stat(context.Background(), "", a)
 	case a.IsSymlink() && a.Size != uint64(longLinkSize): // (a long one: fixLink)
 		n := a.Size * 6 / 8 // base64 without padding
 		if n > uint64(fs.meta.NonceSize()+fs.meta.Overhead()) {
@@ -448,7 +439,7 @@ func (fs *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (laye
 		return layer.Attr{}, err
 	}
 	if in.Valid&layer.SetSize != 0 {
-		f, err := fs.openLower(ctx, path, lp, unix.O_WRONLY)
+		f, err := fs.t.open(ctx, lp, path, unix.O_WRONLY)
 		if err != nil {
 			return layer.Attr{}, err
 		}
@@ -868,4 +859,41 @@ func (fs *FS) SyncDir(ctx context.Context, path string) error {
 		return err
 	}
 	return fs.Lower.SyncDir(ctx, d.lower)
+}
+
+// --- finding objects by identity (file handles of the mount) ---
+
+// Handle is layer.Finder's: the lower's, of the object's lower path.
+func (fs *FS) Handle(ctx context.Context, path string, id layer.ID) ([]byte, error) {
+	lp, err := fs.lowerPath(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	return layer.Handle(ctx, fs.Lower, lp, id)
+}
+
+// Find is layer.Finder's: the lower finds the object and its names are
+// decrypted, a directory at a time. A file of the layer's own is no object
+// of the stack (ESTALE).
+func (fs *FS) Find(ctx context.Context, id layer.ID, h []byte) (string, error) {
+	lp, err := layer.Find(ctx, fs.Lower, id, h)
+	if err != nil || lp == "" {
+		return "", err
+	}
+	p := ""
+	for _, lname := range strings.Split(lp, "/") {
+		if isOwn(lname) {
+			return "", syscall.ESTALE
+		}
+		d, err := fs.dir(ctx, p)
+		if err != nil {
+			return "", err
+		}
+		name, err := fs.decName(ctx, p, d, lname)
+		if err != nil {
+			return "", err
+		}
+		p = layer.Join(p, name)
+	}
+	return p, nil
 }

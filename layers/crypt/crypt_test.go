@@ -285,7 +285,7 @@ func TestSecretsInMemory(t *testing.T) {
 	if d, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0); err != nil || d != 0 {
 		t.Errorf("the process is dumpable (%d, %v)", d, err)
 	}
-	key := uintptr(unsafe.Pointer(&top.(*FS).c.key[0]))
+	key := uintptr(unsafe.Pointer(&top.(*FS).t.c.key[0]))
 	smaps, err := os.ReadFile("/proc/self/smaps")
 	if err != nil {
 		t.Fatal(err)

@@ -141,14 +141,14 @@ func TestSizeLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Release(ctx)
-	max := fs.c.maxPlain()
+	max := fs.t.c.maxPlain()
 	if _, err := f.WriteAt(ctx, []byte("x"), max); !errors.Is(err, syscall.EFBIG) {
 		t.Errorf("write at the largest size: %v", err)
 	}
 	if _, err := f.Setattr(ctx, &layer.SetAttr{Valid: layer.SetSize, Size: uint64(max) + 1}); !errors.Is(err, syscall.EFBIG) {
 		t.Errorf("truncate past the largest size: %v", err)
 	}
-	if c := fs.c; c.lowerSize(uint64(max)) > 1<<63-1 || c.lowerSize(uint64(max)) < 1<<62 {
+	if c := fs.t.c; c.lowerSize(uint64(max)) > 1<<63-1 || c.lowerSize(uint64(max)) < 1<<62 {
 		t.Errorf("largest size %d: lower %d", max, c.lowerSize(uint64(max)))
 	}
 }
@@ -166,7 +166,7 @@ func TestHolesAuthenticated(t *testing.T) {
 	}
 	lp := lowerFile(t, dir)
 	raw, _ := os.ReadFile(lp)
-	cbs := fs.c.cbs
+	cbs := fs.t.c.cbs
 	zeroed := bytes.Clone(raw)
 	clear(zeroed[headerSize : headerSize+cbs])
 	os.WriteFile(lp, zeroed, 0o644)

@@ -66,7 +66,7 @@ func (s *fileState) setHoles(h byte) {
 	s.hmu.Unlock()
 }
 
-func (fs *FS) state(ino layer.ID) *fileState {
+func (fs *Content) state(ino layer.ID) *fileState {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	s := fs.files[ino]
@@ -78,7 +78,7 @@ func (fs *FS) state(ino layer.ID) *fileState {
 	return s
 }
 
-func (fs *FS) unref(ctx context.Context, s *fileState) {
+func (fs *Content) unref(ctx context.Context, s *fileState) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if s.refs--; s.refs == 0 {
@@ -94,7 +94,7 @@ func (fs *FS) unref(ctx context.Context, s *fileState) {
 
 // file is an open regular file of the crypt layer.
 type file struct {
-	fs     *FS
+	fs     *Content
 	lower  layer.File
 	st     *fileState
 	path   string // plaintext, at open, for error messages
@@ -121,10 +121,15 @@ func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, err
 	if err != nil {
 		return nil, err
 	}
-	return fs.openLower(ctx, path, lp, flags)
+	return fs.t.open(ctx, lp, path, flags)
 }
 
-func (fs *FS) openLower(ctx context.Context, path, lp string, flags int) (*file, error) {
+// Open opens the stored file at lp (layer.Transform); path is its name.
+func (fs *Content) Open(ctx context.Context, lp, path string, flags int) (layer.File, error) {
+	return fs.open(ctx, lp, path, flags)
+}
+
+func (fs *Content) open(ctx context.Context, lp, path string, flags int) (*file, error) {
 	lf, err := fs.Lower.Open(ctx, lp, lowerFlags(flags))
 	if errors.Is(err, syscall.EACCES) && flags&unix.O_ACCMODE == unix.O_WRONLY {
 		// A write-only file: partial blocks will fail, whole ones work.
@@ -141,7 +146,7 @@ func (fs *FS) openLower(ctx context.Context, path, lp string, flags int) (*file,
 	return fs.newFile(ctx, path, lp, lf, &a, flags)
 }
 
-func (fs *FS) newFile(ctx context.Context, path, lp string, lf layer.File, a *layer.Attr, flags int) (*file, error) {
+func (fs *Content) newFile(ctx context.Context, path, lp string, lf layer.File, a *layer.Attr, flags int) (*file, error) {
 	if a.IsRegular() {
 		if _, ok := fs.c.plainSize(a.Size); !ok {
 			lf.Release(ctx)
@@ -186,11 +191,25 @@ func (fs *FS) Create(ctx context.Context, path string, flags int, mode uint32) (
 		}
 		return nil, a, err
 	}
+	return fs.t.created(ctx, lp, path, lf, a, flags)
+}
+
+// Create creates the stored file at lp (layer.Transform); path is its
+// name.
+func (fs *Content) Create(ctx context.Context, lp, path string, flags int, mode uint32) (layer.File, layer.Attr, error) {
+	lf, a, err := fs.Lower.Create(ctx, lp, lowerFlags(flags)|flags&unix.O_EXCL, mode)
+	if err != nil {
+		return nil, a, err
+	}
+	return fs.created(ctx, lp, path, lf, a, flags)
+}
+
+func (fs *Content) created(ctx context.Context, lp, path string, lf layer.File, a layer.Attr, flags int) (layer.File, layer.Attr, error) {
 	f, err := fs.newFile(ctx, path, lp, lf, &a, flags)
 	if err != nil {
 		return nil, layer.Attr{}, err
 	}
-	fs.fixAttr(&a)
+	fs.Stat(ctx, lp, &a)
 	return f, a, nil
 }
 
@@ -915,7 +934,7 @@ func (f *file) Getattr(ctx context.Context) (layer.Attr, error) {
 	if err != nil {
 		return a, err
 	}
-	f.fs.fixAttr(&a)
+	f.fs.Stat(ctx, "", &a)
 	return a, nil
 }
 

@@ -57,7 +57,7 @@ const (
 // lower's root (one mounted inside the lower) or of another branch, its
 // device and branch too, so that two files with equal inode numbers never
 // share a journal.
-func (fs *FS) journalPath(id layer.ID) string {
+func (fs *Content) journalPath(id layer.ID) string {
 	n := strconv.FormatUint(id.Ino, 16)
 	if id.Dev != fs.root.Dev || id.Branch != fs.root.Branch {
 		n += "-" + strconv.FormatUint(id.Dev, 16) + "-" + strconv.FormatUint(id.Branch, 16)
@@ -72,7 +72,7 @@ type jrec struct {
 }
 
 // loadPending notes the journals left by a crash (at New).
-func (fs *FS) loadPending(ctx context.Context) {
+func (fs *Content) loadPending(ctx context.Context) {
 	ents, err := fs.Lower.ReadDir(ctx, journalDir, false)
 	if err != nil {
 		return
@@ -87,7 +87,7 @@ func (fs *FS) loadPending(ctx context.Context) {
 	}
 }
 
-func (fs *FS) pendingJournal(id layer.ID) bool {
+func (fs *Content) pendingJournal(id layer.ID) bool {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	return fs.pending[fs.journalPath(id)]

@@ -249,8 +249,8 @@ func TestSharedState(t *testing.T) {
 			t.Fatalf("chunk %d is %c", i, b[i*1000])
 		}
 	}
-	if len(fs.files) != 0 {
-		t.Fatalf("%d file states left after the last close", len(fs.files))
+	if len(fs.t.files) != 0 {
+		t.Fatalf("%d file states left after the last close", len(fs.t.files))
 	}
 }
 

@@ -37,6 +37,7 @@ type fdCache struct {
 	removing map[fileKey]int // inodes whose name an unlink or rename removes now
 	handles  bool            // reopening by handle works here
 	mounts   map[int]int     // mount id -> a descriptor on it, for open_by_handle_at
+	inoDevs  map[uint64]int  // device -> its mount's descriptor if it opens objects by inode number, else -1 (see find.go)
 }
 
 type fileKey struct{ dev, ino uint64 }
@@ -329,7 +330,7 @@ func (c *fdCache) close() {
 	for _, m := range c.mounts {
 		unix.Close(m)
 	}
-	c.mounts = nil
+	c.mounts, c.inoDevs = nil, nil
 }
 
 // handleOf gives a file handle of fd, an open file of type typ (S_IFDIR or

@@ -55,6 +55,7 @@ func New(root string) (*FS, error) {
 	limit := nofile()
 	fs.dirs.size = min(dirCacheSize, max(limit/4, 4))
 	fs.fds.init(fd, limit)
+	fs.initFind()
 	return fs, nil
 }
 

@@ -9,6 +9,7 @@ func init() {
 	registry.Register(registry.Type{
 		Name:    "local",
 		Summary: "a directory on this machine: the bottom of a stack",
+		Finds:   true, // layer.Finder, by the lower's file handles (a daemon with CAP_DAC_READ_SEARCH)
 		Options: []registry.Option{
 			{Name: "path", Kind: registry.Dir, Required: true, Help: "the directory that holds the data"},
 		},

@@ -3,13 +3,10 @@ package snoop
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"cairn/layer"
+	"cairn/logsink"
 	"cairn/pathmatch"
 	"cairn/registry"
 	"cairn/spec"
@@ -32,39 +29,17 @@ func checkPaths(v any) error {
 	return err
 }
 
-// checkLog refuses a log file that cannot be written: its directory must
-// exist and be writable (the file is created at mount).
-func checkLog(v any) error {
-	p := v.(string)
-	if fi, err := os.Stat(p); err == nil {
-		if fi.IsDir() {
-			return fmt.Errorf("%s is a directory; name a file in it", p)
-		}
-		if unix.Access(p, unix.W_OK) != nil {
-			return fmt.Errorf("%s cannot be written (check its permissions)", p)
-		}
-		return nil
-	}
-	dir := filepath.Dir(p)
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return fmt.Errorf("directory %s does not exist (create it first: mkdir -p %s)", dir, dir)
-	}
-	if unix.Access(dir, unix.W_OK) != nil {
-		return fmt.Errorf("%s cannot be created: directory %s is not writable", p, dir)
-	}
-	return nil
-}
-
 func init() {
 	registry.Register(registry.Type{
 		Name:      "snoop",
 		Summary:   "logs every operation as a JSON line: who touched what (Snoopfs)",
 		MinLowers: 1, MaxLowers: 1,
 		Options: []registry.Option{
-			{Name: "log", Kind: registry.Path, Help: "the log file, JSON lines (reopened on SIGHUP, for rotation)", Check: checkLog},
+			{Name: "log", Kind: registry.Path, Help: "the log file, JSON lines (reopened on SIGHUP, for rotation)", Check: logsink.CheckPath},
 			{Name: "output", Kind: registry.String, Allowed: []string{"file", "stdout", "syslog"},
 				Help: "where records go: file (the log option; the default), stdout (with cairn mount -f) or syslog"},
 			{Name: "ops", Kind: registry.List, Help: "log only these operations (open, read, rename, ...; default all)", Check: checkOps},
+			{Name: "classes", Kind: registry.List, Help: "log only operations of these classes: " + strings.Join(layer.ClassNames, ", ") + " (as acl's rules name them; default all)", Check: registry.Each(layer.ParseClass)},
 			{Name: "paths", Kind: registry.List, Help: "log only paths matching one of these patterns (default all)", Check: checkPaths},
 			{Name: "uids", Kind: registry.List, Help: "log only these users, by number or name (default all)", Check: registry.Each(registry.UserID)},
 			{Name: "io", Kind: registry.Bool, Default: false,
@@ -81,7 +56,7 @@ func init() {
 		New: func(l []layer.FS, o registry.Values) (layer.FS, error) {
 			return New(l[0], Options{
 				Output: o.String("output"), Log: o.String("log"),
-				Ops: o.List("ops"), Paths: o.List("paths"), Uids: o.List("uids"),
+				Ops: o.List("ops"), Classes: o.List("classes"), Paths: o.List("paths"), Uids: o.List("uids"),
 				IO: o.Bool("io"), Queue: int(o.Int("queue")),
 			})
 		},

@@ -3,7 +3,7 @@
 //
 // It is built on layer.Hooked, which calls a hook around every operation;
 // snoop's hook is After, which filters the operation and queues a record.
-// A writer goroutine writes the records; when the log cannot keep up and the
+// The framework's log sink (logsink) writes the records; when the log cannot keep up and the
 // queue is full, operations do not wait: their records are dropped and
 // counted, and the count is written to the log as a record of its own
 // (op "dropped").
@@ -15,9 +15,8 @@
 // Its place in the stack is the user's choice: above a crypt layer it logs
 // plaintext names, below it the encrypted ones.
 //
-// Size (Go lines without tests, comments and blank lines): 169 for the file
-// system (snoop.go, record.go, register.go) and 175 for the log writer
-// (writer.go); docs/snoop-acl.md compares them with FiST's Snoopfs.
+// Size (Go lines without tests, comments and blank lines): 196;
+// docs/snoop-acl.md compares it with FiST's Snoopfs.
 package snoop
 
 import (
@@ -26,6 +25,7 @@ import (
 	"time"
 
 	"cairn/layer"
+	"cairn/logsink"
 	"cairn/pathmatch"
 	"cairn/registry"
 )
@@ -41,9 +41,12 @@ type Options struct {
 	// Ops, Paths and Uids filter what is logged; empty means everything.
 	// Paths are pathmatch patterns; an operation with two paths (rename,
 	// link) is logged if either matches.
-	Ops   []string
-	Paths []string
-	Uids  []string // numbers or user names
+	Ops []string
+	// Classes filter by class of operation (layer.ClassNames): an
+	// operation is logged if one of its classes is named.
+	Classes []string
+	Paths   []string
+	Uids    []string // numbers or user names
 	// IO refuses kernel passthrough so that every read and write is logged.
 	IO bool
 	// Queue is how many records may wait for the writer (default 8192).
@@ -53,10 +56,11 @@ type Options struct {
 // FS is a snoop layer.
 type FS struct {
 	layer.Hooked
-	ops   map[string]bool
-	paths *pathmatch.Set
-	uids  map[uint32]bool
-	log   *writer
+	ops     map[string]bool
+	classes layer.Class
+	paths   *pathmatch.Set
+	uids    map[uint32]bool
+	log     *logsink.Sink
 }
 
 // New stacks a snoop layer over lower.
@@ -71,6 +75,13 @@ func New(lower layer.FS, o Options) (*FS, error) {
 			}
 			fs.ops[op] = true
 		}
+	}
+	for _, n := range o.Classes {
+		k, err := layer.ParseClass(n)
+		if err != nil {
+			return nil, fmt.Errorf("snoop: classes: %w", err)
+		}
+		fs.classes |= k
 	}
 	if len(o.Paths) > 0 {
 		s, err := pathmatch.NewSet(o.Paths, nil)
@@ -89,10 +100,8 @@ func New(lower layer.FS, o Options) (*FS, error) {
 			fs.uids[uid] = true
 		}
 	}
-	if o.Queue <= 0 {
-		o.Queue = 8192
-	}
-	w, err := newWriter(o.Output, o.Log, o.SyslogSocket, o.Queue)
+	w, err := logsink.New(logsink.Options{Output: o.Output, Path: o.Log, SyslogSocket: o.SyslogSocket, Tag: "cairn-snoop", Queue: o.Queue,
+		Dropped: func(n int64) any { return &Record{Time: time.Now(), Op: "dropped", Result: "ok", Count: n} }})
 	if err != nil {
 		return nil, fmt.Errorf("snoop: %w", err)
 	}
@@ -106,13 +115,18 @@ func (fs *FS) Before(context.Context, *layer.Op) error { return nil }
 // After logs the operation if the filters want it.
 func (fs *FS) After(ctx context.Context, op *layer.Op) {
 	c := layer.CallerOf(ctx)
+	if fs.classes != 0 {
+		if first, second := op.Classes(); (first|second)&fs.classes == 0 {
+			return
+		}
+	}
 	if fs.ops != nil && !fs.ops[op.Name] ||
 		fs.uids != nil && !fs.uids[c.Uid] ||
 		fs.paths != nil && !fs.paths.Contains(op.Path) && (op.Path2 == "" || !fs.paths.Contains(op.Path2)) {
 		return
 	}
 	res, msg := result(op.Err)
-	fs.log.put(Record{
+	fs.log.Put(&Record{
 		Time: op.Start, Op: op.Name, Path: op.Path, Path2: op.Path2,
 		Uid: c.Uid, Gid: c.Gid, Pid: c.Pid, Comm: c.Comm(),
 		Result: res, Error: msg, Bytes: op.Bytes, Latency: time.Since(op.Start),
@@ -121,13 +135,13 @@ func (fs *FS) After(ctx context.Context, op *layer.Op) {
 
 // Reopen reopens the log file (after rotation); cairn mount calls it on
 // SIGHUP.
-func (fs *FS) Reopen() error { return fs.log.reopen() }
+func (fs *FS) Reopen() error { return fs.log.Reopen() }
 
 // Close writes what is queued and closes the log.
-func (fs *FS) Close() error { return fs.log.close() }
+func (fs *FS) Close() error { return fs.log.Close() }
 
 // Dropped is the number of records dropped so far.
-func (fs *FS) Dropped() int64 { return fs.log.total.Load() }
+func (fs *FS) Dropped() int64 { return fs.log.Dropped() }
 
 func known(op string) bool {
 	for _, n := range layer.OpNames {

@@ -132,6 +132,23 @@ func TestFilters(t *testing.T) {
 		t.Fatalf("logged %s", s)
 	}
 
+	// classes: the deletes and the renames, whatever their operation.
+	log3 := filepath.Join(t.TempDir(), "log.jsonl")
+	_, fs3 := stack(t, snoop.Options{Log: log3, Classes: []string{"delete"}})
+	fs3.Mkdir(ctx, "d", 0o755)
+	fs3.Mkdir(ctx, "e", 0o755)
+	fs3.Rename(ctx, "d", "d2", 0)
+	fs3.Rmdir(ctx, "e")
+	fs3.Getattr(ctx, "d2")
+	fs3.Close()
+	got = nil
+	for _, r := range records(t, log3) {
+		got = append(got, r.Op+":"+r.Path)
+	}
+	if s := strings.Join(got, " "); s != "rename:d rmdir:e" {
+		t.Fatalf("class delete logged %s", s)
+	}
+
 	// uids: this process is root in the tests that act as users; filter
 	// it out by name and number.
 	log2 := filepath.Join(t.TempDir(), "log.jsonl")
@@ -142,7 +159,7 @@ func TestFilters(t *testing.T) {
 		t.Fatalf("uid filter let through %+v", rs)
 	}
 	for _, bad := range []snoop.Options{{Log: log, Ops: []string{"frobnicate"}}, {Log: log, Paths: []string{"a/**b"}},
-		{Log: log, Uids: []string{"no-such-user-here"}}, {Output: "file"}, {Output: "carrier-pigeon"}} {
+		{Log: log, Uids: []string{"no-such-user-here"}}, {Log: log, Classes: []string{"chmod"}}, {Output: "file"}, {Output: "carrier-pigeon"}} {
 		if _, err := snoop.New(layer.FS(nil), bad); err == nil {
 			t.Errorf("options %+v accepted", bad)
 		} else {

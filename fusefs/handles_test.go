@@ -1,0 +1,196 @@
+package fusefs_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"cairn/internal/mounttest"
+	"cairn/layer"
+	"cairn/layers/crypt"
+	"cairn/layers/null"
+)
+
+// dropCaches makes the kernel forget the dentries and inodes it does not
+// use, the mount's (it sends FORGET) and the lower's alike.
+func dropCaches(t *testing.T) {
+	t.Helper()
+	unix.Sync()
+	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0); err != nil {
+		t.Fatalf("drop caches: %v", err)
+	}
+}
+
+func handleOf(t *testing.T, p string) unix.FileHandle {
+	t.Helper()
+	h, _, err := unix.NameToHandleAt(unix.AT_FDCWD, p, 0)
+	if err != nil {
+		t.Fatalf("name_to_handle_at %s: %v", p, err)
+	}
+	return h
+}
+
+// openHandle opens h on the mount at dir.
+func openHandle(dir string, h unix.FileHandle, flags int) (int, error) {
+	mfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(mfd)
+	return unix.OpenByHandleAt(mfd, h, flags)
+}
+
+// cryptAgain is a crypt layer over lower: a new volume the first time, the
+// same one unlocked again after.
+func cryptAgain(t *testing.T, lower string) layer.FS {
+	l := localLower(t, lower)
+	if _, err := os.Stat(filepath.Join(lower, crypt.ConfigName)); err != nil {
+		return newCrypt(t, l)
+	}
+	fs, err := crypt.Unlock(context.Background(), l, []byte("caps test"), false, crypt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fs
+}
+
+// handleCase is one object of TestFileHandles: its handle, and what opening
+// it must give.
+type handleCase struct {
+	name string
+	h    unix.FileHandle
+	ino  uint64 // st_ino it must show; 0: opening must give ESTALE
+	data string // a file's bytes
+	dir  bool
+}
+
+func checkHandles(t *testing.T, when, mnt string, cases []handleCase) {
+	t.Helper()
+	for _, c := range cases {
+		flags := unix.O_RDONLY
+		if c.dir {
+			flags |= unix.O_DIRECTORY
+		}
+		fd, err := openHandle(mnt, c.h, flags)
+		if c.ino == 0 {
+			if err != unix.ESTALE {
+				if err == nil {
+					unix.Close(fd)
+				}
+				t.Errorf("%s: open_by_handle_at of removed %s: %v, want ESTALE", when, c.name, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: open_by_handle_at %s: %v", when, c.name, err)
+			continue
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil || st.Ino != c.ino {
+			t.Errorf("%s: %s opened by handle has st_ino %d (%v), want %d", when, c.name, st.Ino, err, c.ino)
+		}
+		if c.dir {
+			if _, err := unix.Getdents(fd, make([]byte, 4096)); err != nil {
+				t.Errorf("%s: listing %s opened by handle: %v", when, c.name, err)
+			}
+		} else {
+			b := make([]byte, 64)
+			n, err := unix.Pread(fd, b, 0)
+			if err != nil || string(b[:max(n, 0)]) != c.data {
+				t.Errorf("%s: %s opened by handle reads %q (%v), want %q", when, c.name, b[:max(n, 0)], err, c.data)
+			}
+		}
+		unix.Close(fd)
+	}
+}
+
+// File handles of a mount open files and directories after the kernel has
+// forgotten them (drop_caches), after renames, through a hard link whose
+// first name is gone, and after a remount of the stack; a removed file's
+// handle is stale. On null, crypt and zstd stacks over ext4, and over a tmpfs
+// mounted inside the lower, whose handles hold only while the stack is
+// mounted (tmpfs does not open objects by inode number).
+func TestFileHandles(t *testing.T) {
+	mounttest.NeedRoot(t)
+	stacks := []struct {
+		name string
+		sub  string // the directory of the lower the objects are in
+		new  func(t *testing.T, lower string) layer.FS
+		// remount: handles open after a remount (the objects' file
+		// system opens them by inode number).
+		remount bool
+	}{
+		{"null", "", func(t *testing.T, d string) layer.FS { return null.New(localLower(t, d)) }, true},
+		{"crypt", "", cryptAgain, true},
+		{"zstd", "", func(t *testing.T, d string) layer.FS { return newCodec(t, localLower(t, d), "zstd") }, true},
+		{"null-tmpfs-inside", "sub", func(t *testing.T, d string) layer.FS { return null.New(localLower(t, d)) }, false},
+	}
+	for _, s := range stacks {
+		t.Run(s.name, func(t *testing.T) {
+			lower := t.TempDir()
+			if s.sub != "" {
+				mounttest.Tmpfs(t, filepath.Join(lower, s.sub))
+			}
+			m := mounttest.Mount(t, s.new(t, lower))
+			b := func(names ...string) string { return m.Path(append([]string{s.sub}, names...)...) }
+			for _, d := range []string{"d", "d/e"} {
+				if err := os.Mkdir(b(d), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mustWrite(t, b("f"), "file f")
+			mustWrite(t, b("d", "g"), "file g")
+			mustWrite(t, b("x"), "file x")
+			if err := os.Link(b("f"), b("d", "l")); err != nil {
+				t.Fatal(err)
+			}
+			ino := func(p string) uint64 { return lstat(t, p).Ino }
+			cases := []handleCase{
+				{name: "f", h: handleOf(t, b("f")), ino: ino(b("f")), data: "file f"},
+				{name: "d/l", h: handleOf(t, b("d", "l")), ino: ino(b("f")), data: "file f"},
+				{name: "d/g", h: handleOf(t, b("d", "g")), ino: ino(b("d", "g")), data: "file g"},
+				{name: "x", h: handleOf(t, b("x"))},
+				// Directories last: listing one makes the kernel know its
+				// entries again (READDIRPLUS).
+				{name: "d/e", h: handleOf(t, b("d", "e")), ino: ino(b("d", "e")), dir: true},
+				{name: "d", h: handleOf(t, b("d")), ino: ino(b("d")), dir: true},
+			}
+			// A rename in the directory, one to another directory, the
+			// first name of a hard link gone, a removed file.
+			if err := os.Rename(b("d", "g"), b("d", "g2")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(b("d", "e"), b("e2")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(b("f")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(b("x")); err != nil {
+				t.Fatal(err)
+			}
+			checkHandles(t, "cached", m.Dir, cases)
+			dropCaches(t)
+			checkHandles(t, "after drop_caches", m.Dir, cases)
+			dropCaches(t)
+			// A file moved to another directory after its handle was made.
+			if err := os.Rename(b("d", "l"), b("e2", "l")); err != nil {
+				t.Fatal(err)
+			}
+			checkHandles(t, "after a move", m.Dir, cases)
+
+			// A new stack over the same lower, mounted elsewhere.
+			m.Unmount()
+			m2 := mounttest.Mount(t, s.new(t, lower))
+			if !s.remount {
+				for i := range cases {
+					cases[i].ino = 0
+				}
+			}
+			checkHandles(t, "after a remount", m2.Dir, cases)
+		})
+	}
+}
