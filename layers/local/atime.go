@@ -72,6 +72,12 @@ func (fs *FS) SetAtime(a layer.Atime) error {
 		fs.dirs.invalidate("")
 		fs.fds.addMount(fd)
 		unix.Close(old)
+		// Find opens objects on the root's mount, and takes their names
+		// relative to it: the new one's.
+		fs.fds.mu.Lock()
+		fs.fds.inoDevs = nil
+		fs.fds.mu.Unlock()
+		fs.initFind()
 	}
 	return nil
 }
