@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"cairn/fusefs"
 	"cairn/internal/mounttest"
 	"cairn/layer"
 	"cairn/layers/crypt"
@@ -122,11 +123,17 @@ func TestFileHandles(t *testing.T) {
 		// remount: handles open after a remount (the objects' file
 		// system opens them by inode number).
 		remount bool
+		opts    []string // mount options
 	}{
-		{"null", "", func(t *testing.T, d string) layer.FS { return null.New(localLower(t, d)) }, true},
-		{"crypt", "", cryptAgain, true},
-		{"zstd", "", func(t *testing.T, d string) layer.FS { return newCodec(t, localLower(t, d), "zstd") }, true},
-		{"null-tmpfs-inside", "sub", func(t *testing.T, d string) layer.FS { return null.New(localLower(t, d)) }, false},
+		{"null", "", func(t *testing.T, d string) layer.FS { return null.New(localLower(t, d)) }, true, nil},
+		{"crypt", "", cryptAgain, true, nil},
+		{"zstd", "", func(t *testing.T, d string) layer.FS { return newCodec(t, localLower(t, d), "zstd") }, true, nil},
+		{"null-tmpfs-inside", "sub", func(t *testing.T, d string) layer.FS { return null.New(localLower(t, d)) }, false, nil},
+		// Options other than the lower's: local reaches it through a
+		// private bind mount (see TestAtimeOptions).
+		{"null-strictatime", "", func(t *testing.T, d string) layer.FS { return null.New(localLower(t, d)) }, true, []string{"strictatime"}},
+		{"crypt-noatime", "", cryptAgain, true, []string{"noatime"}},
+		{"null-tmpfs-inside-nodiratime", "sub", func(t *testing.T, d string) layer.FS { return null.New(localLower(t, d)) }, false, []string{"nodiratime"}},
 	}
 	for _, s := range stacks {
 		t.Run(s.name, func(t *testing.T) {
@@ -134,7 +141,8 @@ func TestFileHandles(t *testing.T) {
 			if s.sub != "" {
 				mounttest.Tmpfs(t, filepath.Join(lower, s.sub))
 			}
-			m := mounttest.Mount(t, s.new(t, lower))
+			o := fusefs.Options{AllowOther: true, MountFlags: s.opts}
+			m := mounttest.MountOpts(t, s.new(t, lower), o)
 			b := func(names ...string) string { return m.Path(append([]string{s.sub}, names...)...) }
 			for _, d := range []string{"d", "d/e"} {
 				if err := os.Mkdir(b(d), 0o755); err != nil {
@@ -184,7 +192,7 @@ func TestFileHandles(t *testing.T) {
 
 			// A new stack over the same lower, mounted elsewhere.
 			m.Unmount()
-			m2 := mounttest.Mount(t, s.new(t, lower))
+			m2 := mounttest.MountOpts(t, s.new(t, lower), o)
 			if !s.remount {
 				for i := range cases {
 					cases[i].ino = 0

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"cairn/layer"
 )
@@ -112,7 +113,27 @@ var mountFlags = map[string]struct {
 	"noatime": {true, syscall.MS_NOATIME}, "atime": {false, syscall.MS_NOATIME},
 	"nodiratime": {true, syscall.MS_NODIRATIME}, "diratime": {false, syscall.MS_NODIRATIME},
 	"relatime": {true, syscall.MS_RELATIME}, "norelatime": {false, syscall.MS_RELATIME},
-	"strictatime": {true, syscall.MS_STRICTATIME},
+	"strictatime": {true, syscall.MS_STRICTATIME}, "nostrictatime": {false, syscall.MS_STRICTATIME},
+	"lazytime": {true, unix.MS_LAZYTIME}, "nolazytime": {false, unix.MS_LAZYTIME},
+}
+
+// atimeFlags are the flags of mountFlags that say how atimes change.
+const atimeFlags = syscall.MS_NOATIME | syscall.MS_NODIRATIME | syscall.MS_RELATIME | syscall.MS_STRICTATIME
+
+// AtimeOf is the atime policy of a mount with flags (from ParseMountFlags),
+// as mount(2) decides it: relatime unless noatime, strictatime over both,
+// nodiratime beside any of them; a read-only mount changes no atime.
+func AtimeOf(flags uintptr) layer.Atime {
+	a := layer.Atime{NoDir: flags&syscall.MS_NODIRATIME != 0}
+	switch {
+	case flags&syscall.MS_RDONLY != 0:
+		a.Mode = layer.NoAtime
+	case flags&syscall.MS_STRICTATIME != 0:
+		a.Mode = layer.StrictAtime
+	case flags&syscall.MS_NOATIME != 0:
+		a.Mode = layer.NoAtime
+	}
+	return a
 }
 
 // MountFlagNames are the options ParseMountFlags takes, sorted.
@@ -142,6 +163,16 @@ func ParseMountFlags(opts []string) (uintptr, error) {
 		}
 	}
 	return flags, nil
+}
+
+// explicitAtime says whether opts name an atime option.
+func explicitAtime(opts []string) bool {
+	for _, o := range opts {
+		if mountFlags[o].flags&atimeFlags != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Mount mounts top at mountpoint and returns once the mount is ready.
@@ -238,6 +269,21 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 	flags, err := ParseMountFlags(o.MountFlags)
 	if err != nil {
 		return nil, err
+	}
+	// The kernel leaves the atimes of a FUSE mount's inodes to the file
+	// system (S_NOATIME): the stack's bottom layers apply the mount's
+	// options to the lowers (layer.ApplyAtime), for the reads they make
+	// and the passed-through files the kernel reads for them; node.Open
+	// touches the files whose reads the kernel may serve from its cache.
+	// Where that cannot be done (a daemon that is not root, over a lower
+	// mounted otherwise), atime options given fail the mount; the default
+	// (relatime) and ro leave the lower's own options in force.
+	st.atime = AtimeOf(flags)
+	if err := layer.ApplyAtime(top, st.atime); err != nil {
+		if explicitAtime(o.MountFlags) {
+			return nil, err
+		}
+		o.Logger.Warn("atimes follow the lower's own mount options", "err", err)
 	}
 	// go-fuse takes 0 for "the default" (nodev, nosuid): dev,suid with
 	// nothing else set gets MS_SILENT, which changes nothing else.

@@ -25,6 +25,7 @@ type state struct {
 	top         layer.FS
 	passthrough bool         // files may be passed through (not NoPassthrough); each file's Caps decide
 	fscaps      layer.FSCaps // what the stack can do (layer.FSCapsOf), computed once
+	atime       layer.Atime  // the mount's atime options (AtimeOf)
 	acl         bool         // the kernel handles POSIX ACLs (allow_other mounts)
 	log         *slog.Logger
 	root        *node
@@ -408,6 +409,17 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	lf, err := n.st.top.Open(callerCtx(ctx), p, int(flags))
 	if err != nil {
 		return nil, 0, n.st.errno("open", p, err)
+	}
+	if flags&syscall.O_ACCMODE != syscall.O_WRONLY && n.st.atime.Mode != layer.NoAtime && !n.st.passes(lf.Caps()) {
+		// The kernel may serve this file's reads from its page cache,
+		// and the layers theirs from their own: the bottom changes the
+		// atime now, as a read would under the mount's rule, and the
+		// kernel is told to fetch the attributes again (only them;
+		// nothing is waited for). A passed-through file's reads go to
+		// the lower file itself.
+		if layer.TouchAtime(callerCtx(ctx), lf) {
+			n.NotifyContent(-1, 0)
+		}
 	}
 	return n.st.newFile(ctx, lf, p, &n.Inode, flags), n.st.openFlags(lf), 0
 }

@@ -118,5 +118,6 @@ func (f *BaseFile) Getlk(ctx context.Context, owner uint64, lk *Lock, flags uint
 func (f *BaseFile) Setlk(ctx context.Context, owner uint64, lk *Lock, flags uint32, wait bool) error {
 	return f.Lower.Setlk(ctx, owner, lk, flags, wait)
 }
-func (f *BaseFile) PassthroughFd() (int, bool) { return f.Lower.PassthroughFd() }
-func (f *BaseFile) Caps() Caps                 { return f.Lower.Caps() }
+func (f *BaseFile) PassthroughFd() (int, bool)          { return f.Lower.PassthroughFd() }
+func (f *BaseFile) TouchAtime(ctx context.Context) bool { return TouchAtime(ctx, f.Lower) }
+func (f *BaseFile) Caps() Caps                          { return f.Lower.Caps() }

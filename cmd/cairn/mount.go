@@ -76,6 +76,8 @@ func runMount(args []string) int {
 	fl.BoolVar(&m.nonempty, "nonempty", false, "mount over a directory that holds files (hidden while mounted; refused otherwise)")
 	fl.StringVar(&m.options, "o", "", "mount options, comma-separated, as mount(8) takes them: allow_other, default_permissions, fsname=NAME, nonempty,\n"+
 		"and "+strings.Join(fusefs.MountFlagNames(), ", ")+" (default nodev,nosuid; dev and suid need root);\n"+
+		"relatime (the default), noatime, strictatime and nodiratime decide when reads change the atimes of the lower's files,\n"+
+		"as on ext4, whatever the lower's own options (over a lower mounted with others they need root; see docs/posix.md);\n"+
 		"defaults, auto, noauto, user, nouser, nofail, _netdev and x-* (fstab's) are ignored")
 	fl.Usage = func() {
 		fmt.Fprintf(fl.Output(), `Usage: cairn mount [flags] SPEC MOUNTPOINT

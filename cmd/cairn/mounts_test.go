@@ -191,3 +191,34 @@ func TestAdvice(t *testing.T) {
 		t.Error("a failed background mount left a mount")
 	}
 }
+
+// TestMountAtimeNotRoot: applying atime options to a lower mounted with
+// others takes a private bind mount, which a daemon that is not root cannot
+// make: the mount fails before anything is mounted, saying why.
+func TestMountAtimeNotRoot(t *testing.T) {
+	mounttest.NeedRoot(t)
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	os.Chmod(filepath.Dir(dir), 0o755)
+	lower := mounttest.TmpfsFlags(t, filepath.Join(dir, "lower"), 0) // relatime
+	mnt := filepath.Join(dir, "mnt")
+	os.Mkdir(mnt, 0o755)
+	for _, d := range []string{lower, mnt} {
+		if err := os.Chown(d, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A copy of the binary that the user may run.
+	bin := filepath.Join(dir, "cairn")
+	if b, err := os.ReadFile(mounttest.Binary(t)); err != nil || os.WriteFile(bin, b, 0o755) != nil {
+		t.Fatal("copying the binary:", err)
+	}
+	for opt, as := range map[string]string{"noatime": "noatime", "strictatime": "strictatime", "nodiratime": "relatime,nodiratime"} {
+		cmd := mounttest.User{Uid: 65534, Gid: 65534}.Command(bin, "mount", "-f", "-o", opt, "null:"+lower, mnt)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 4 || !strings.Contains(string(out), "is mounted relatime; reading it "+as+" takes a private bind mount of it, which needs CAP_SYS_ADMIN") {
+			t.Errorf("mount -o %s as uid 65534: %v, want exit 4 saying why: %s", opt, err, out)
+		}
+	}
+}

@@ -13,13 +13,19 @@ import (
 // of different file systems with equal inode numbers. Needs root.
 func Tmpfs(t testing.TB, dir string) string {
 	t.Helper()
+	return TmpfsFlags(t, dir, 0)
+}
+
+// TmpfsFlags is Tmpfs with mount(2) flags (MS_NOATIME, MS_STRICTATIME...).
+func TmpfsFlags(t testing.TB, dir string, flags uintptr) string {
+	t.Helper()
 	NeedRoot(t)
 	if dir == "" {
 		dir = t.TempDir()
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mount("cairn-test", dir, "tmpfs", 0, "size=64m,mode=0755"); err != nil {
+	if err := syscall.Mount("cairn-test", dir, "tmpfs", flags, "size=64m,mode=0755"); err != nil {
 		t.Fatalf("mount tmpfs on %s: %v", dir, err)
 	}
 	t.Cleanup(func() {

@@ -53,6 +53,15 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	return n, err
 }
 
+// TouchAtime: the lower file's atime is the file's (a read may be served
+// from the chunks the file keeps decoded, or from its size alone).
+func (f *File) TouchAtime(ctx context.Context) bool {
+	s := f.st
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return layer.TouchAtime(ctx, s.lower)
+}
+
 // Getattr gives the lower file's attributes with the logical size.
 func (f *File) Getattr(ctx context.Context) (layer.Attr, error) {
 	s := f.st

@@ -382,7 +382,7 @@ func (fs *Engine) Stat(ctx context.Context, path string, a *layer.Attr) error {
 	if a.Size == 0 {
 		return nil
 	}
-	lf, err := fs.Lower.Open(ctx, path, unix.O_RDONLY|unix.O_NOFOLLOW)
+	lf, err := layer.OpenNoAtime(ctx, fs.Lower, path, unix.O_RDONLY|unix.O_NOFOLLOW)
 	if err != nil {
 		return err
 	}

@@ -1242,5 +1242,8 @@ func (f *file) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, flags ui
 // right; never passthrough (the lower bytes are ciphertext).
 func (f *file) Caps() layer.Caps { return layer.CapKeepCache }
 
+// TouchAtime: the lower file's atime is the file's.
+func (f *file) TouchAtime(ctx context.Context) bool { return layer.TouchAtime(ctx, f.lower) }
+
 // PassthroughFd: the lower bytes are ciphertext.
 func (f *file) PassthroughFd() (int, bool) { return -1, false }

@@ -56,14 +56,8 @@ func nofile() int {
 // short-lived descriptors) and finds out whether handles can be opened.
 func (c *fdCache) init(rootFd, limit int) {
 	c.max = max(limit/2, 16)
-	// open_by_handle_at wants a descriptor that is not O_PATH.
-	dir, err := unix.Openat(rootFd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return
-	}
-	h, mnt, err := unix.NameToHandleAt(dir, "", unix.AT_EMPTY_PATH)
-	if err != nil {
-		unix.Close(dir)
+	dir, h, mnt, ok := rootMount(rootFd)
+	if !ok {
 		return
 	}
 	fd, err := unix.OpenByHandleAt(dir, h, unix.O_RDONLY|unix.O_CLOEXEC)
@@ -73,6 +67,37 @@ func (c *fdCache) init(rootFd, limit int) {
 	}
 	unix.Close(fd)
 	c.handles, c.mounts = true, map[int]int{mnt: dir}
+}
+
+// rootMount opens the root directory for open_by_handle_at, which wants a
+// descriptor that is not O_PATH, and gives its handle and its mount's id.
+func rootMount(rootFd int) (int, unix.FileHandle, int, bool) {
+	dir, err := unix.Openat(rootFd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, unix.FileHandle{}, 0, false
+	}
+	h, mnt, err := unix.NameToHandleAt(dir, "", unix.AT_EMPTY_PATH)
+	if err != nil {
+		unix.Close(dir)
+		return -1, unix.FileHandle{}, 0, false
+	}
+	return dir, h, mnt, true
+}
+
+// addMount registers the mount of a new root directory (see FS.SetAtime).
+func (c *fdCache) addMount(rootFd int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.handles {
+		return
+	}
+	if dir, _, mnt, ok := rootMount(rootFd); ok {
+		if _, dup := c.mounts[mnt]; dup {
+			unix.Close(dir)
+		} else {
+			c.mounts[mnt] = dir
+		}
+	}
 }
 
 // add registers a newly opened file.

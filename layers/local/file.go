@@ -77,6 +77,26 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (n int, err erro
 	return n, err
 }
 
+// TouchAtime reads a byte: the kernel then changes the atime or not by the
+// rule of the mount the file was opened through (see FS.SetAtime), as for
+// any read, also of an empty file. A file not open for reading is left as
+// it is.
+func (f *File) TouchAtime(ctx context.Context) (changed bool) {
+	f.with(func(fd int) error {
+		var before, after unix.Stat_t
+		var b [1]byte
+		if unix.Fstat(fd, &before) != nil {
+			return nil
+		}
+		if _, err := unix.Pread(fd, b[:], 0); err != nil {
+			return nil
+		}
+		changed = unix.Fstat(fd, &after) == nil && after.Atim != before.Atim
+		return nil
+	})
+	return changed
+}
+
 // WriteAt writes all of p or returns an error with the count written: a
 // short pwrite(2) (a full disk, a file size limit, a signal) is retried for
 // the rest, which either completes or gives the reason (ENOSPC, EFBIG, EIO).

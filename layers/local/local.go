@@ -34,6 +34,7 @@ import (
 type FS struct {
 	root    string
 	rootFd  int
+	private bool   // rootFd is on a private bind mount (see SetAtime)
 	asOwner bool   // running as root: create objects as the caller
 	umask   uint32 // the process's umask when New ran (see direct)
 	dirs    dirCache

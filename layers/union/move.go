@@ -222,6 +222,12 @@ func (m *movable) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, flags
 
 func (m *movable) PassthroughFd() (int, bool) { return -1, false }
 
+// TouchAtime: the lower file's atime is the file's.
+func (m *movable) TouchAtime(ctx context.Context) bool {
+	l, _, _ := m.cur()
+	return layer.TouchAtime(ctx, l)
+}
+
 // Caps: the lower's, without passthrough (writes must reach the union).
 func (m *movable) Caps() layer.Caps {
 	l, _, _ := m.cur()
