@@ -27,12 +27,12 @@ type movable struct {
 	mu    sync.RWMutex
 	lower layer.File
 	i     int
-	id    *layer.ID
+	id    *shown
 }
 
 var _ layer.File = (*movable)(nil)
 
-func (m *movable) cur() (layer.File, int, *layer.ID) {
+func (m *movable) cur() (layer.File, int, *shown) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return m.lower, m.i, m.id
@@ -152,9 +152,7 @@ func (u *FS) moveTarget(ctx context.Context, path string, i int) (int, error) {
 func (m *movable) tag(a *layer.Attr) {
 	_, i, id := m.cur()
 	layer.TagBranch(a, i, len(m.u.b))
-	if id != nil {
-		setID(a, *id)
-	}
+	id.apply(a)
 }
 
 func (m *movable) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {

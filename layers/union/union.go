@@ -142,7 +142,24 @@ func (u *FS) FSCaps() layer.FSCaps {
 type obj struct {
 	br []int
 	a  layer.Attr
-	id *layer.ID // a copy's recorded origin, shown as its identity
+	id *shown // a copy's recorded origin, shown as its identity
+}
+
+// shown is the identity a copy shows: its original's; indexed, its link
+// count is one less than the copy's (the index's link).
+type shown struct {
+	id      layer.ID
+	indexed bool
+}
+
+func (s *shown) apply(a *layer.Attr) {
+	if s == nil {
+		return
+	}
+	setID(a, s.id)
+	if s.indexed && a.Nlink > 1 {
+		a.Nlink--
+	}
 }
 
 func (o *obj) top() int { return o.br[0] }
@@ -253,13 +270,8 @@ func (u *FS) resolve(ctx context.Context, path string) (*obj, error) {
 			return u.resolve(ctx, path)
 		}
 	}
-	if id, indexed, ok := u.origin(ctx, o.top(), path, &o.a); ok {
-		o.id = &id
-		setID(&o.a, id)
-		if indexed && o.a.Nlink > 1 {
-			o.a.Nlink-- // the index's link
-		}
-	}
+	o.id = u.origin(ctx, o.top(), path, &o.a)
+	o.id.apply(&o.a)
 	return o, nil
 }
 
@@ -298,18 +310,19 @@ func encodeID(id layer.ID) []byte {
 		binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, id.Dev), id.Branch), id.Ino), id.Gen)
 }
 
-// origin is the recorded identity of a non-directory on writable branch i,
-// and whether the copy is in the index.
-func (u *FS) origin(ctx context.Context, i int, path string, a *layer.Attr) (layer.ID, bool, bool) {
+// origin is the recorded identity of a non-directory on writable branch i
+// (nil: none).
+func (u *FS) origin(ctx context.Context, i int, path string, a *layer.Attr) *shown {
 	if a.IsDir() || !u.writable(i) {
-		return layer.ID{}, false, false
+		return nil
 	}
 	v, err := u.meta[i].Get(ctx, path, "origin")
 	if err != nil || len(v) < 32 {
-		return layer.ID{}, false, false
+		return nil
 	}
 	be := binary.BigEndian
-	return layer.ID{Dev: be.Uint64(v), Branch: be.Uint64(v[8:]), Ino: be.Uint64(v[16:]), Gen: be.Uint64(v[24:])}, len(v) > 32 && v[32] == 1, true
+	return &shown{id: layer.ID{Dev: be.Uint64(v), Branch: be.Uint64(v[8:]), Ino: be.Uint64(v[16:]), Gen: be.Uint64(v[24:])},
+		indexed: len(v) > 32 && v[32] == 1}
 }
 
 func setID(a *layer.Attr, id layer.ID) {
@@ -477,14 +490,12 @@ func (u *FS) SyncDir(ctx context.Context, path string) error {
 type file struct {
 	layer.BaseFile
 	i, n int
-	id   *layer.ID
+	id   *shown
 }
 
 func (f *file) tag(a *layer.Attr) {
 	layer.TagBranch(a, f.i, f.n)
-	if f.id != nil {
-		setID(a, *f.id)
-	}
+	f.id.apply(a)
 }
 
 func (f *file) Getattr(ctx context.Context) (layer.Attr, error) {
@@ -500,7 +511,7 @@ func (f *file) Setattr(ctx context.Context, in *layer.SetAttr) (layer.Attr, erro
 }
 
 // file wraps an open file of branch i opened at path with flags.
-func (u *FS) file(i int, f layer.File, id *layer.ID, path string, flags int) layer.File {
+func (u *FS) file(i int, f layer.File, id *shown, path string, flags int) layer.File {
 	if u.move && u.b[i].Mode == fanout.RW && writes(flags) {
 		return &movable{u: u, path: path, flags: flags, lower: f, i: i, id: id}
 	}
@@ -521,8 +532,7 @@ func (u *FS) Open(ctx context.Context, path string, flags int) (layer.File, erro
 		if i, err = u.copyUp(ctx, path, o); err != nil {
 			return nil, err
 		}
-		x := o.a.ID()
-		id = &x
+		id = &shown{id: o.a.ID(), indexed: o.a.IsRegular() && o.a.Nlink > 1}
 	}
 	f, err := u.b[i].FS.Open(ctx, path, flags)
 	if err != nil {
@@ -545,9 +555,7 @@ func (u *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (layer
 		return a, err
 	}
 	layer.TagBranch(&a, i, len(u.b))
-	if id, _, ok := u.origin(ctx, i, path, &a); ok {
-		setID(&a, id)
-	}
+	u.origin(ctx, i, path, &a).apply(&a)
 	return a, nil
 }
 
@@ -778,8 +786,8 @@ func (u *FS) Link(ctx context.Context, oldpath, newpath string) (layer.Attr, err
 	var a layer.Attr
 	err = u.place(ctx, i, newpath, wh, func(p string) (err error) { a, err = u.b[i].FS.Link(ctx, oldpath, p); return err })
 	layer.TagBranch(&a, i, len(u.b))
-	if id, _, ok := u.origin(ctx, i, newpath, &a); ok && err == nil {
-		setID(&a, id)
+	if err == nil {
+		u.origin(ctx, i, newpath, &a).apply(&a)
 	}
 	return a, err
 }
