@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -118,8 +119,9 @@ func (st *state) creatorCtx(ctx context.Context) context.Context {
 
 type node struct {
 	fs.Inode
-	st *state
-	id layer.ID // the object's identity (see inoMap)
+	st  *state
+	id  layer.ID             // the object's identity (see inoMap)
+	tmp atomic.Pointer[file] // a tmpfile's open file, until released (see Tmpfile)
 }
 
 var (
@@ -302,7 +304,10 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if fh == nil {
 		var ok bool
 		if p, ok = n.path(); !ok {
-			return syscall.ENOENT
+			// fchmod, futimens of a tmpfile: through its open file.
+			if fh = n.tmp.Load(); fh == nil {
+				return syscall.ENOENT
+			}
 		}
 	}
 	setattr := func(ctx context.Context, sa *layer.SetAttr) (layer.Attr, error) {
@@ -480,11 +485,14 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	}
 	old, ok1 := t.path()
 	p, ok2 := n.child(name)
-	if !ok1 || !ok2 {
+	if !ok2 {
 		return nil, syscall.ENOENT
 	}
 	if n.st.fscaps&layer.FSHardLinks == 0 {
 		return nil, syscall.EPERM
+	}
+	if !ok1 {
+		return n.linkFile(ctx, t, p, out)
 	}
 	a, err := n.st.top.Link(callerCtx(ctx), old, p)
 	return n.made(ctx, "link", p, a, err, out)

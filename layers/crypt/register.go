@@ -13,6 +13,7 @@ func init() {
 		Summary:   "encrypts and authenticates contents, names, symlink targets and xattrs (XChaCha20-Poly1305 or AES-256-GCM, AES-SIV); 'cairn init' creates it",
 		MinLowers: 1, MaxLowers: 1,
 		Changes: layer.ChangesNames | layer.ChangesData | layer.ChangesAttrs,
+		Lacks:   layer.FSTmpfile,
 		Options: []registry.Option{
 			{Name: "passfile", Kind: registry.Path, Help: "read the passphrase from the first line of this file (default: ask on the terminal)"},
 			{Name: "extpass", Kind: registry.String, Help: "run this command (sh -c) and read the passphrase from the first line of its output"},
