@@ -56,5 +56,5 @@ func (NotImplemented) LinkFile(context.Context, File, string) (Attr, error) {
 }
 func (NotImplemented) GetFlags(context.Context, string) (uint32, error) { return 0, enosys }
 func (NotImplemented) SetFlags(context.Context, string, uint32) error   { return enosys }
-func (NotImplemented) Changes() Changes                      { return 0 }
-func (NotImplemented) Close() error                          { return nil }
+func (NotImplemented) Changes() Changes                                 { return 0 }
+func (NotImplemented) Close() error                                     { return nil }
