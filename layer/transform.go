@@ -92,16 +92,18 @@ func (fs *Transformed) LinkFile(context.Context, File, string) (Attr, error) {
 	return Attr{}, syscall.EOPNOTSUPP
 }
 
-// SetFlags refuses append-only (EOPNOTSUPP): a transform rewrites stored
-// files in place (the last block of an append, the index), which the lower
-// would refuse for every write. Immutable and the others pass: the lower
-// enforces them, and a transform asks nothing of an immutable file but to
-// read it.
+// SetFlags refuses append-only and immutable (EOPNOTSUPP). A transform
+// rewrites stored files in place (the last block of an append, an index),
+// which the lower would refuse for every write under append-only; and it
+// holds written bytes in memory and stores them later, so a write through
+// a descriptor opened before chattr +i would be taken and then fail, with
+// the file's bytes in doubt, where ext4 refuses the write(2) itself. The
+// other flags pass: the lower enforces them.
 func (fs *Transformed) SetFlags(ctx context.Context, path string, flags uint32) error {
 	if fs.reserved(path) {
 		return syscall.ENOENT
 	}
-	return SetFlagsExcept(ctx, fs.Lower, path, flags, FlagAppend)
+	return SetFlagsExcept(ctx, fs.Lower, path, flags, FlagAppend|FlagImmutable)
 }
 
 // SetFlagsExcept sets path's inode flags in lower unless it would turn on
