@@ -131,6 +131,7 @@ func (f *file) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 
 func (f *file) Release(ctx context.Context) syscall.Errno {
 	f.closeHanded()
+	f.tmpReleased()
 	return f.st.errno("release", f.path, f.f.Release(callerCtx(ctx)))
 }
 

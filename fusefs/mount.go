@@ -328,7 +328,7 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 }
 
 // rawFS hands the node methods what go-fuse's node API leaves out of a
-// request: the caller's umask of a create, mkdir or mknod (CAP_DONT_MASK
+// request: the caller's umask of a create, tmpfile, mkdir or mknod (CAP_DONT_MASK
 // leaves it to us, so that a default ACL of the directory can replace it),
 // and the flags of a SETXATTR (CAP_SETXATTR_EXT). They travel keyed by the
 // request's cancel channel, which belongs to one request while it is served
@@ -373,6 +373,13 @@ func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, o
 	defer r.st.extras.Delete(cancel)
 	defer r.st.handedOver(cancel)
 	return r.RawFileSystem.Create(cancel, in, name, out)
+}
+
+func (r *rawFS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
+	r.st.extras.Store(cancel, in.Umask)
+	defer r.st.extras.Delete(cancel)
+	defer r.st.handedOver(cancel)
+	return r.RawFileSystem.Tmpfile(cancel, in, out)
 }
 
 func (r *rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {

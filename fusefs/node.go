@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -121,8 +122,9 @@ func (st *state) creatorCtx(ctx context.Context) context.Context {
 
 type node struct {
 	fs.Inode
-	st *state
-	id layer.ID // the object's identity (see inoMap)
+	st  *state
+	id  layer.ID             // the object's identity (see inoMap)
+	tmp atomic.Pointer[file] // a tmpfile's open file, until released (see Tmpfile)
 }
 
 var (
@@ -220,11 +222,18 @@ func fillAttr(a *layer.Attr, out *fuse.Attr) {
 // newChild makes (or finds, by identity) the Inode for a looked-up or
 // created object at path p, a child of n, and fills out.
 func (n *node) newChild(ctx context.Context, p string, a *layer.Attr, out *fuse.EntryOut) *fs.Inode {
+	ch := n.newNode(ctx, a, out)
+	n.st.remember(ctx, ch.StableAttr().Ino, p, a.ID(), a.IsDir(), n.StableAttr().Ino)
+	return ch
+}
+
+// newNode makes the node of an object with attributes a (newChild; a
+// tmpfile's, which has no name to remember).
+func (n *node) newNode(ctx context.Context, a *layer.Attr, out *fuse.EntryOut) *fs.Inode {
 	fillAttr(a, &out.Attr)
 	id := a.ID()
 	ino := n.st.inos.ino(id)
 	out.Attr.Ino = ino
-	n.st.remember(ctx, ino, p, id, a.IsDir(), n.StableAttr().Ino)
 	return n.NewInode(ctx, &node{st: n.st, id: id}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: ino, Gen: id.Gen})
 }
 
@@ -316,7 +325,10 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if fh == nil {
 		var ok bool
 		if p, ok = n.path(); !ok {
-			return syscall.ENOENT
+			// fchmod, futimens of a tmpfile: through its open file.
+			if fh = n.tmp.Load(); fh == nil {
+				return syscall.ENOENT
+			}
 		}
 	}
 	setattr := func(ctx context.Context, sa *layer.SetAttr) (layer.Attr, error) {
@@ -505,11 +517,14 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	}
 	old, ok1 := t.path()
 	p, ok2 := n.child(name)
-	if !ok1 || !ok2 {
+	if !ok2 {
 		return nil, syscall.ENOENT
 	}
 	if n.st.fscaps&layer.FSHardLinks == 0 {
 		return nil, syscall.EPERM
+	}
+	if !ok1 {
+		return n.linkFile(ctx, t, p, out)
 	}
 	a, err := n.st.top.Link(callerCtx(ctx), old, p)
 	return n.made(ctx, "link", p, a, err, out)

@@ -64,6 +64,21 @@ func (b *Base) Statfs(ctx context.Context, path string) (Statfs, error) {
 func (b *Base) SyncDir(ctx context.Context, path string) error {
 	return b.Lower.SyncDir(ctx, path)
 }
+func (b *Base) Tmpfile(ctx context.Context, dir string, flags int, mode uint32) (File, Attr, error) {
+	return b.Lower.Tmpfile(ctx, dir, flags, mode)
+}
+
+// LinkFile forwards f, which Base's Tmpfile had from the lower as it is: a
+// layer whose Tmpfile wraps the lower's file links it itself.
+func (b *Base) LinkFile(ctx context.Context, f File, newpath string) (Attr, error) {
+	return b.Lower.LinkFile(ctx, f, newpath)
+}
+func (b *Base) GetFlags(ctx context.Context, path string) (uint32, error) {
+	return b.Lower.GetFlags(ctx, path)
+}
+func (b *Base) SetFlags(ctx context.Context, path string, flags uint32) error {
+	return b.Lower.SetFlags(ctx, path, flags)
+}
 func (b *Base) Lowers() []FS     { return []FS{b.Lower} }
 func (b *Base) Changes() Changes { return 0 }
 func (b *Base) Close() error     { return nil }

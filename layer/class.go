@@ -18,7 +18,7 @@ const (
 	ClassCreate                    // create, mkdir, mknod, symlink, link (the new name)
 	ClassDelete                    // unlink, rmdir
 	ClassRename                    // rename (both names)
-	ClassSetattr                   // chmod, chown, setting given times
+	ClassSetattr                   // chmod, chown, setting given times, chattr
 	ClassXattr                     // get, list, set and remove extended attributes
 	ClassExec                      // execve
 	ClassAll     = ClassExec<<1 - 1
@@ -56,7 +56,9 @@ const fmodeExec = 0x20
 // write of what it names (whether a plain rename replaces a file, and so
 // writes it, only the lower can say). Truncation and setting the times to
 // now (touch) are writes; chmod, chown and setting given times are
-// setattr. Operations that read only metadata (getattr, readlink, statfs)
+// setattr, and so is setting inode flags (chattr); a tmpfile is a create
+// in its directory, and the link that names it a create of the new name.
+// Operations that read only metadata (getattr, readlink, statfs, getflags)
 // and those that end or order what an open did (flush, fsync, release,
 // locks, lseek) have no class.
 func (op *Op) Classes() (first, second Class) {
@@ -69,7 +71,7 @@ func (op *Op) Classes() (first, second Class) {
 		return ClassRead, ClassWrite
 	case "open":
 		return openClasses(op.Flags), 0
-	case "create":
+	case "create", "tmpfile":
 		return ClassCreate | openClasses(op.Flags), 0
 	case "mkdir", "mknod", "symlink":
 		return ClassCreate, 0
@@ -85,6 +87,8 @@ func (op *Op) Classes() (first, second Class) {
 		return ClassRename | ClassDelete, ClassRename | ClassCreate
 	case "setattr", "fsetattr":
 		return setattrClasses(op.Set), 0
+	case "setflags":
+		return ClassSetattr, 0
 	case "getxattr", "listxattr", "setxattr", "removexattr":
 		return ClassXattr, 0
 	}

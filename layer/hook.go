@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -17,12 +18,15 @@ type Op struct {
 	// Path is the path at this layer. For an operation on an open file
 	// (read, write, fsetattr...) it is the file's path: the one it was
 	// opened with, as renames made through the layer since have changed it.
+	// A file with no name (tmpfile) has its directory's until a link
+	// names it.
 	Path string
 	// Path2 is the second name: the new path of rename and link, the target
 	// (as text) of symlink, the attribute name of the xattr operations.
 	Path2 string
-	// Flags are the open(2) flags of open and create, the renameat2 flags
-	// of rename, the mode of fallocate, the whence of lseek.
+	// Flags are the open(2) flags of open, create and tmpfile, the
+	// renameat2 flags of rename, the mode of fallocate, the whence of
+	// lseek, the inode flags of setflags.
 	Flags int
 	// Set is the request of setattr and fsetattr.
 	Set *SetAttr
@@ -49,7 +53,7 @@ type Op struct {
 var OpNames = []string{
 	"getattr", "setattr", "readdir", "open", "create", "mkdir", "mknod", "symlink", "readlink",
 	"link", "unlink", "rmdir", "rename", "getxattr", "setxattr", "listxattr", "removexattr",
-	"statfs", "syncdir",
+	"statfs", "syncdir", "tmpfile", "getflags", "setflags",
 	"read", "write", "fgetattr", "fsetattr", "flush", "fsync", "release", "fallocate", "lseek",
 	"copy_file_range", "getlk", "setlk",
 }
@@ -295,6 +299,50 @@ func (h *Hooked) Statfs(ctx context.Context, path string) (s Statfs, err error) 
 
 func (h *Hooked) SyncDir(ctx context.Context, path string) error {
 	return h.run(ctx, &Op{Name: "syncdir", Path: path}, func() error { return h.Lower.SyncDir(ctx, path) })
+}
+
+// Tmpfile: the hook sees a tmpfile of the directory; the file's operations
+// carry the directory's path until LinkFile names it.
+func (h *Hooked) Tmpfile(ctx context.Context, dir string, flags int, mode uint32) (f File, a Attr, err error) {
+	err = h.run(ctx, &Op{Name: "tmpfile", Path: dir, Flags: flags}, func() (err error) {
+		f, a, err = h.Lower.Tmpfile(ctx, dir, flags, mode)
+		return
+	})
+	if err != nil {
+		return nil, a, err
+	}
+	return h.file(ctx, f, dir), a, nil
+}
+
+// LinkFile is a link from the file's path (see Tmpfile) to newpath, which
+// is the file's path from then on.
+func (h *Hooked) LinkFile(ctx context.Context, f File, newpath string) (a Attr, err error) {
+	hf, ok := f.(*hookedFile)
+	if !ok {
+		return Attr{}, syscall.EOPNOTSUPP
+	}
+	err = h.run(ctx, &Op{Name: "link", Path: *hf.path.Load(), Path2: newpath}, func() (err error) {
+		a, err = h.Lower.LinkFile(ctx, hf.Lower, newpath)
+		return
+	})
+	if err == nil {
+		hf.path.Store(&newpath)
+	}
+	return
+}
+
+func (h *Hooked) GetFlags(ctx context.Context, path string) (fl uint32, err error) {
+	err = h.run(ctx, &Op{Name: "getflags", Path: path}, func() (err error) {
+		fl, err = h.Lower.GetFlags(ctx, path)
+		return
+	})
+	return
+}
+
+func (h *Hooked) SetFlags(ctx context.Context, path string, flags uint32) error {
+	return h.run(ctx, &Op{Name: "setflags", Path: path, Flags: int(flags)}, func() error {
+		return h.Lower.SetFlags(ctx, path, flags)
+	})
 }
 
 // file wraps an open file of the lower layer.

@@ -109,6 +109,22 @@ func TestHookedSeesEveryOperation(t *testing.T) {
 	r.SyncDir(ctx, "d")
 	r.Mknod(ctx, "d/p", unix.S_IFIFO|0o644, 0)
 	r.Unlink(ctx, "d/p")
+	tf, _, err := r.Tmpfile(ctx, "d", unix.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf.WriteAt(ctx, []byte("t"), 0)
+	if _, err := r.LinkFile(ctx, tf, "d/t"); err != nil {
+		t.Fatal(err)
+	}
+	tf.Fsync(ctx, false) // the file's path is its new name
+	tf.Release(ctx)
+	r.Unlink(ctx, "d/t")
+	fl, err := r.GetFlags(ctx, "d/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.SetFlags(ctx, "d/f", fl)
 	r.refuse = "unlink"
 	if err := r.Unlink(ctx, "d/i"); err != syscall.EACCES {
 		t.Fatalf("refused unlink returned %v", err)
@@ -121,7 +137,8 @@ func TestHookedSeesEveryOperation(t *testing.T) {
 	want := "mkdir:d create:d/f write:d/f#3 read:d/f#2 fgetattr:d/f fsetattr:d/f fallocate:d/f lseek:d/f fsync:d/f " +
 		"flush:d/f release:d/f open:d/f setlk:d/f getlk:d/f create:d/c copy_file_range:d/f>d/c release:d/c release:d/f unlink:d/c getattr:d/f setattr:d/f symlink:d/l>f readlink:d/l link:d/f>d/h rename:d/h>d/i " +
 		"setxattr:d/f>user.x getxattr:d/f>user.x listxattr:d/f removexattr:d/f>user.x readdir:d statfs: syncdir:d " +
-		"mknod:d/p unlink:d/p unlink:d/i!permission denied rmdir:d!directory not empty"
+		"mknod:d/p unlink:d/p tmpfile:d write:d#1 link:d>d/t fsync:d/t release:d/t unlink:d/t getflags:d/f setflags:d/f " +
+		"unlink:d/i!permission denied rmdir:d!directory not empty"
 	if got != want {
 		t.Fatalf("operations seen:\n%s\nwant:\n%s", got, want)
 	}

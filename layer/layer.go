@@ -62,6 +62,25 @@ type FS interface {
 	// SyncDir makes the directory's entries durable (fsync of a directory).
 	SyncDir(ctx context.Context, path string) error
 
+	// Tmpfile creates and opens a regular file with no name in directory
+	// dir (open(2) with O_TMPFILE): flags and mode as Create's, without
+	// O_TMPFILE. The file is gone at its last Release unless LinkFile gave
+	// it a name. A layer that cannot answers EOPNOTSUPP and masks
+	// FSTmpfile from its FSCaps.
+	Tmpfile(ctx context.Context, dir string, flags int, mode uint32) (File, Attr, error)
+	// LinkFile makes newpath a hard link to the open file f, one of this
+	// layer's files, which may have no name (a Tmpfile's): linkat(2) of
+	// /proc/self/fd/N.
+	LinkFile(ctx context.Context, f File, newpath string) (Attr, error)
+
+	// GetFlags returns the inode flags of the regular file or directory
+	// path (FS_IOC_GETFLAGS, lsattr(1): FS_IMMUTABLE_FL, FS_APPEND_FL, ...).
+	GetFlags(ctx context.Context, path string) (uint32, error)
+	// SetFlags sets them (FS_IOC_SETFLAGS, chattr(1)); the lower enforces
+	// what they mean. A layer that a flag would break refuses to set it
+	// with EOPNOTSUPP.
+	SetFlags(ctx context.Context, path string, flags uint32) error
+
 	// Lowers returns the layers this one stacks over (none for a bottom
 	// layer). Tools walk the stack through it.
 	Lowers() []FS
@@ -145,11 +164,12 @@ const (
 	FSRenameNoReplace                    // renameat2 RENAME_NOREPLACE
 	FSRenameExchange                     // renameat2 RENAME_EXCHANGE
 	FSRenameWhiteout                     // renameat2 RENAME_WHITEOUT
+	FSTmpfile                            // open(2) O_TMPFILE (Tmpfile, LinkFile)
 	FSAll             FSCaps = 1<<iota - 1
 )
 
 var fsCapNames = []string{"extended attributes", "hard links", "symbolic links", "mknod",
-	"rename NOREPLACE", "rename EXCHANGE", "rename WHITEOUT"}
+	"rename NOREPLACE", "rename EXCHANGE", "rename WHITEOUT", "O_TMPFILE"}
 
 func (c FSCaps) String() string {
 	s := ""
@@ -357,6 +377,14 @@ type SetAttr struct {
 	Atime Time
 	Mtime Time
 }
+
+// Inode flags (GetFlags, SetFlags) that layers judge; the others are
+// FS_IOC_GETFLAGS's too, carried as they come.
+const (
+	FlagImmutable uint32 = 0x10       // FS_IMMUTABLE_FL: chattr +i
+	FlagAppend    uint32 = 0x20       // FS_APPEND_FL: chattr +a
+	FlagCasefold  uint32 = 0x40000000 // FS_CASEFOLD_FL: chattr +F, names match without case
+)
 
 // DirEntry is one name in a directory.
 type DirEntry struct {

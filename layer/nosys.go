@@ -48,5 +48,13 @@ func (NotImplemented) Statfs(context.Context, string) (Statfs, error) {
 	return Statfs{}, enosys
 }
 func (NotImplemented) SyncDir(context.Context, string) error { return enosys }
-func (NotImplemented) Changes() Changes                      { return 0 }
-func (NotImplemented) Close() error                          { return nil }
+func (NotImplemented) Tmpfile(context.Context, string, int, uint32) (File, Attr, error) {
+	return nil, Attr{}, enosys
+}
+func (NotImplemented) LinkFile(context.Context, File, string) (Attr, error) {
+	return Attr{}, enosys
+}
+func (NotImplemented) GetFlags(context.Context, string) (uint32, error) { return 0, enosys }
+func (NotImplemented) SetFlags(context.Context, string, uint32) error   { return enosys }
+func (NotImplemented) Changes() Changes                                 { return 0 }
+func (NotImplemented) Close() error                                     { return nil }

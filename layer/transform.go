@@ -80,6 +80,48 @@ func (fs *Transformed) Changes() Changes { return ChangesData | ChangesAttrs }
 // Close closes the transform.
 func (fs *Transformed) Close() error { return fs.T.Close() }
 
+// FSCaps: no O_TMPFILE, which a transform has no operation for (a file it
+// would present from its first byte without a path to store it at).
+func (fs *Transformed) FSCaps() FSCaps { return FSCapsOf(fs.Lower) &^ FSTmpfile }
+
+func (fs *Transformed) Tmpfile(context.Context, string, int, uint32) (File, Attr, error) {
+	return nil, Attr{}, syscall.EOPNOTSUPP
+}
+
+func (fs *Transformed) LinkFile(context.Context, File, string) (Attr, error) {
+	return Attr{}, syscall.EOPNOTSUPP
+}
+
+// SetFlags refuses append-only and immutable (EOPNOTSUPP). A transform
+// rewrites stored files in place (the last block of an append, an index),
+// which the lower would refuse for every write under append-only; and it
+// holds written bytes in memory and stores them later, so a write through
+// a descriptor opened before chattr +i would be taken and then fail, with
+// the file's bytes in doubt, where ext4 refuses the write(2) itself. The
+// other flags pass: the lower enforces them.
+func (fs *Transformed) SetFlags(ctx context.Context, path string, flags uint32) error {
+	if fs.reserved(path) {
+		return syscall.ENOENT
+	}
+	return SetFlagsExcept(ctx, fs.Lower, path, flags, FlagAppend|FlagImmutable)
+}
+
+// SetFlagsExcept sets path's inode flags in lower unless it would turn on
+// one of refuse (EOPNOTSUPP): the SetFlags of a layer that those flags
+// would break. Flags already on (set below the layer) may stay.
+func SetFlagsExcept(ctx context.Context, lower FS, path string, flags, refuse uint32) error {
+	if flags&refuse != 0 {
+		cur, err := lower.GetFlags(ctx, path)
+		if err != nil {
+			return err
+		}
+		if flags&^cur&refuse != 0 {
+			return syscall.EOPNOTSUPP
+		}
+	}
+	return lower.SetFlags(ctx, path, flags)
+}
+
 // reserved reports whether path is one of the transform's own files.
 func (fs *Transformed) reserved(path string) bool {
 	r, ok := fs.T.(Reserver)

@@ -64,7 +64,8 @@ const (
 	// instead of 4000.
 	XattrOverhead Limit = "xattr-overhead"
 	// Tmpfile: open(O_TMPFILE) is refused (EOPNOTSUPP); the suite skips
-	// the nameless file and its linkat.
+	// the nameless file and its linkat. Run declares it for a stack
+	// without layer.FSTmpfile (crypt, the codecs).
 	Tmpfile Limit = "tmpfile"
 	// LowerTmpfs: (part of) the lower is a tmpfs, which differs from ext4
 	// where a stack passes its answers on: no FALLOC_FL_ZERO_RANGE
@@ -77,21 +78,11 @@ const (
 	NoWhiteout Limit = "no-whiteout"
 )
 
-// Framework is what no stack does yet, because the framework does not: the
-// limits every stack declares, each with its reason (docs/posix.md).
-var Framework = map[Limit]string{
-	Tmpfile: "the layer API names files by path and has no operation for a file without a name: " +
-		"the frontend answers the kernel's TMPFILE request with EOPNOTSUPP",
-}
-
 // Run runs the suite on s.
 func Run(t *testing.T, s Stack) {
 	mounttest.NeedRoot(t)
 	mounttest.Need(t)
 	limits := map[Limit]string{}
-	for l, why := range Framework {
-		limits[l] = why
-	}
 	for l, why := range s.Limits {
 		limits[l] = why
 	}
@@ -103,6 +94,9 @@ func Run(t *testing.T, s Stack) {
 	}
 	top := s.Build(t, lower)
 	t.Cleanup(func() { layer.CloseStack(top) })
+	if layer.FSCapsOf(top)&layer.FSTmpfile == 0 {
+		limits[Tmpfile] = "a layer of the stack has no O_TMPFILE (layer.FSTmpfile): one that changes data makes a file with its name"
+	}
 	m := mounttest.Mount(t, top)
 	dirs := s.Dirs
 	if len(dirs) == 0 {

@@ -152,6 +152,7 @@ func Register(k *Kind) {
 	registry.Register(registry.Type{
 		Name: name, Summary: k.Summary, MinLowers: 1, MaxLowers: 1, Options: opts,
 		Changes: layer.ChangesData | layer.ChangesAttrs,
+		Lacks:   layer.FSTmpfile,
 		New: func(l []layer.FS, v registry.Values) (layer.FS, error) {
 			return New(l[0], name, Options{Level: int(v.Int("level")), ChunkSize: v.Int("chunk_size"), FastTails: v.Bool("fast_tails")})
 		},

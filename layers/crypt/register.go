@@ -14,6 +14,7 @@ func init() {
 		MinLowers: 1, MaxLowers: 1,
 		Changes: layer.ChangesNames | layer.ChangesData | layer.ChangesAttrs,
 		Finds:   true, // layer.Finder: the lower finds, names are decrypted
+		Lacks:   layer.FSTmpfile,
 		Options: []registry.Option{
 			{Name: "passfile", Kind: registry.Path, Help: "read the passphrase from the first line of this file (default: ask on the terminal)"},
 			{Name: "extpass", Kind: registry.String, Help: "run this command (sh -c) and read the passphrase from the first line of its output"},

@@ -372,3 +372,64 @@ func (m *FS) SyncDir(ctx context.Context, path string) error {
 	}
 	return l.SyncDir(ctx, p)
 }
+
+// Tmpfile makes the unnamed file in the directory's lower; the root, which
+// is mux's own, takes none (EPERM, as for every entry made there).
+func (m *FS) Tmpfile(ctx context.Context, dir string, flags int, mode uint32) (layer.File, layer.Attr, error) {
+	if dir == "" {
+		return nil, layer.Attr{}, syscall.EPERM
+	}
+	l, p, err := m.route(dir)
+	if err != nil {
+		return nil, layer.Attr{}, err
+	}
+	f, a, err := l.Tmpfile(ctx, p, flags, mode)
+	if err != nil {
+		return nil, a, err
+	}
+	a, _ = m.attr(dir)(a, nil)
+	return m.file(dir, f), a, nil
+}
+
+// LinkFile links a file of one lower into the same lower (EXDEV otherwise).
+func (m *FS) LinkFile(ctx context.Context, f layer.File, newpath string) (layer.Attr, error) {
+	mf, ok := f.(*file)
+	if !ok {
+		return layer.Attr{}, syscall.EXDEV
+	}
+	i, _, err := m.index(newpath)
+	if err != nil {
+		return layer.Attr{}, err
+	}
+	l, p, err := m.routeEntry(newpath)
+	if err != nil {
+		return layer.Attr{}, err
+	}
+	if i != mf.i {
+		return layer.Attr{}, syscall.EXDEV
+	}
+	return m.attr(newpath)(l.LinkFile(ctx, mf.Lower, p))
+}
+
+// GetFlags gives a lower object's flags; the root's are none.
+func (m *FS) GetFlags(ctx context.Context, path string) (uint32, error) {
+	if path == "" {
+		return 0, nil
+	}
+	l, p, err := m.route(path)
+	if err != nil {
+		return 0, err
+	}
+	return l.GetFlags(ctx, p)
+}
+
+func (m *FS) SetFlags(ctx context.Context, path string, flags uint32) error {
+	if path == "" {
+		return syscall.EPERM
+	}
+	l, p, err := m.route(path)
+	if err != nil {
+		return err
+	}
+	return l.SetFlags(ctx, p, flags)
+}

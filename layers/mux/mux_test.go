@@ -162,3 +162,37 @@ func TestRouting(t *testing.T) {
 func errOf[T any](_ T, err error) error { return err }
 
 func errOf3[T, U any](_ T, _ U, err error) error { return err }
+
+// TestTmpfile: an unnamed file is made in its directory's lower, tagged as
+// that lower's, and links into the same lower only; the root takes none.
+func TestTmpfile(t *testing.T) {
+	ctx := context.Background()
+	m, dirs := newMux(t, nil)
+	if _, _, err := m.Tmpfile(ctx, "", unix.O_RDWR, 0o600); err != syscall.EPERM {
+		t.Fatalf("tmpfile in mux's root: %v, want EPERM", err)
+	}
+	f, a, err := m.Tmpfile(ctx, "1", unix.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Release(ctx)
+	if a.Nlink != 0 || a.Branch == 0 {
+		t.Fatalf("tmpfile attributes: nlink %d, branch %d", a.Nlink, a.Branch)
+	}
+	if _, err := f.WriteAt(ctx, []byte("t"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.LinkFile(ctx, f, "0/x"); err != syscall.EXDEV {
+		t.Fatalf("link into the other lower: %v, want EXDEV", err)
+	}
+	la, err := m.LinkFile(ctx, f, "1/x")
+	if err != nil || la.Ino != a.Ino || la.Branch != a.Branch || la.Nlink != 1 {
+		t.Fatalf("link: %+v %v (tmpfile %+v)", la, err, a)
+	}
+	if b, err := os.ReadFile(filepath.Join(dirs[1], "x")); err != nil || string(b) != "t" {
+		t.Fatalf("lower 1 x: %q %v", b, err)
+	}
+	if fl, err := m.GetFlags(ctx, "1/x"); err != nil {
+		t.Fatalf("flags: %#x %v", fl, err)
+	}
+}

@@ -1109,3 +1109,88 @@ func (u *FS) exchange(ctx context.Context, a, b string) error {
 	u.forget(b)
 	return err
 }
+
+// Tmpfile makes a file with no name on the first RW branch where a name in
+// dir would be seen, with dir there.
+func (u *FS) Tmpfile(ctx context.Context, dir string, flags int, mode uint32) (layer.File, layer.Attr, error) {
+	br, err := u.dirBranches(ctx, dir)
+	if err != nil {
+		return nil, layer.Attr{}, err
+	}
+	cand := make([]fanout.Branch, 0, len(u.b))
+	for i := 0; i <= br[len(br)-1]; i++ {
+		b := u.b[i]
+		if b.Mode == fanout.NC {
+			b.Mode = fanout.RO
+		}
+		cand = append(cand, b)
+	}
+	i, err := u.policy.Create(ctx, cand, layer.Join(dir, "tmpfile"))
+	if errors.Is(err, syscall.ENOENT) {
+		i, err = fanout.Policies["ff"].Create(ctx, cand, layer.Join(dir, "tmpfile"))
+	}
+	if err != nil {
+		return nil, layer.Attr{}, err
+	}
+	if err := u.ensureDir(ctx, i, dir); err != nil {
+		return nil, layer.Attr{}, err
+	}
+	f, a, err := u.b[i].FS.Tmpfile(ctx, dir, flags, mode)
+	if err != nil {
+		return nil, a, u.branchErr(i, dir, err)
+	}
+	layer.TagBranch(&a, i, len(u.b))
+	return &file{BaseFile: layer.BaseFile{Lower: f}, i: i, n: len(u.b)}, a, nil
+}
+
+// LinkFile names an open file of the union (a tmpfile's) on its branch;
+// EXDEV where the name would not be seen there.
+func (u *FS) LinkFile(ctx context.Context, f layer.File, newpath string) (layer.Attr, error) {
+	var lf layer.File
+	var i int
+	switch x := f.(type) {
+	case *file:
+		lf, i = x.Lower, x.i
+	case *movable:
+		lf, i, _ = x.cur()
+	default:
+		return layer.Attr{}, syscall.EXDEV
+	}
+	if _, err := u.resolve(ctx, newpath); err == nil {
+		return layer.Attr{}, syscall.EEXIST
+	} else if !errors.Is(err, syscall.ENOENT) {
+		return layer.Attr{}, err
+	}
+	dir, _ := layer.Split(newpath)
+	if err := u.ensureDir(ctx, i, dir); err != nil {
+		return layer.Attr{}, err
+	}
+	if err := u.visibleAt(ctx, i, newpath); err != nil {
+		return layer.Attr{}, err
+	}
+	var a layer.Attr
+	err := u.place(ctx, i, newpath, u.whiteoutAt(ctx, i, newpath), func(p string) (err error) {
+		a, err = u.b[i].FS.LinkFile(ctx, lf, p)
+		return err
+	})
+	layer.TagBranch(&a, i, len(u.b))
+	return a, err
+}
+
+// GetFlags gives the inode flags of the object's first branch.
+func (u *FS) GetFlags(ctx context.Context, path string) (uint32, error) {
+	o, err := u.resolve(ctx, path)
+	if err != nil {
+		return 0, err
+	}
+	return u.b[o.top()].FS.GetFlags(ctx, path)
+}
+
+// SetFlags copies the object up first, as any change of its attributes.
+func (u *FS) SetFlags(ctx context.Context, path string, flags uint32) error {
+	i, err := u.changing(ctx, path)
+	if err != nil {
+		return err
+	}
+	return u.b[i].FS.SetFlags(ctx, path, flags)
+}

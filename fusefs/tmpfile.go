@@ -1,0 +1,61 @@
+package fusefs
+
+import (
+	"context"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"cairn/layer"
+)
+
+var _ fs.NodeTmpfiler = (*node)(nil)
+
+// Tmpfile serves open(2) with O_TMPFILE: a file with no name in this
+// directory (layer.FS.Tmpfile), whose node is in no directory until a link
+// names it (linkFile). Its inode number is its identity's, as any node's.
+// A stack without FSTmpfile answers ENOSYS, after which the kernel answers
+// EOPNOTSUPP itself for the rest of the mount.
+func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	if n.st.fscaps&layer.FSTmpfile == 0 {
+		return nil, nil, 0, syscall.ENOSYS
+	}
+	p, ok := n.path()
+	if !ok {
+		return nil, nil, 0, syscall.ENOENT
+	}
+	lf, a, err := n.st.top.Tmpfile(n.st.creatorCtx(ctx), p, int(flags)&^unix.O_TMPFILE, mode)
+	if err != nil {
+		return nil, nil, 0, n.st.errno("tmpfile", p, err)
+	}
+	ch := n.newNode(ctx, &a, out)
+	fh := n.st.newFile(ctx, lf, p, ch, flags)
+	if cn, ok := ch.Operations().(*node); ok {
+		cn.tmp.Store(fh)
+	}
+	return ch, fh, n.st.openFlags(lf), 0
+}
+
+// linkFile links node t, which has no path (a tmpfile's), at p through its
+// open file: linkat(2) of /proc/self/fd/N. With no file open there is
+// nothing to link from (the kernel asks only while one is).
+func (n *node) linkFile(ctx context.Context, t *node, p string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	fh := t.tmp.Load()
+	if fh == nil || n.st.fscaps&layer.FSTmpfile == 0 {
+		return nil, syscall.ENOENT
+	}
+	a, err := n.st.top.LinkFile(callerCtx(ctx), fh.f, p)
+	return n.made(ctx, "link", p, a, err, out)
+}
+
+// tmpReleased forgets f as its node's tmpfile.
+func (f *file) tmpReleased() {
+	if f.ino == nil {
+		return
+	}
+	if n, ok := f.ino.Operations().(*node); ok {
+		n.tmp.CompareAndSwap(f, nil)
+	}
+}
