@@ -855,6 +855,18 @@ func (u *FS) Rmdir(ctx context.Context, path string) error {
 	if !o.a.IsDir() {
 		return syscall.ENOTDIR
 	}
+	defer u.forget(path)
+	if t := o.top(); len(o.br) == 1 && u.writable(t) {
+		// Wholly on one writable branch: its own rmdir answers first,
+		// in its order (EPERM of an immutable parent before
+		// ENOTEMPTY), unless whiteouts or what it would uncover need
+		// the union.
+		if up, err := u.below(ctx, path, t); err == nil && !up {
+			if err := u.b[t].FS.Rmdir(ctx, path); !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST) {
+				return err
+			}
+		}
+	}
 	ents, err := u.ReadDir(ctx, path, false)
 	if err != nil {
 		return err
@@ -862,9 +874,7 @@ func (u *FS) Rmdir(ctx context.Context, path string) error {
 	if len(ents) != 0 {
 		return syscall.ENOTEMPTY
 	}
-	err = u.removeName(ctx, path, o, true)
-	u.forget(path)
-	return err
+	return u.removeName(ctx, path, o, true)
 }
 
 // removeName removes path, on o's first branch (its only one for a
