@@ -11,8 +11,10 @@ import (
 	"cairn/fusefs"
 	"cairn/internal/mounttest"
 	"cairn/layer"
+	"cairn/layer/fanout"
 	"cairn/layers/crypt"
 	"cairn/layers/null"
+	"cairn/layers/union"
 )
 
 // dropCaches makes the kernel forget the dentries and inodes it does not
@@ -114,6 +116,18 @@ func checkHandles(t *testing.T, when, mnt string, cases []handleCase) {
 // handle is stale. On null, crypt and zstd stacks over ext4, and over a tmpfs
 // mounted inside the lower, whose handles hold only while the stack is
 // mounted (tmpfs does not open objects by inode number).
+// unionOver is a union of d (RW) over a read-only branch beside it, the
+// same one at a remount.
+func unionOver(t *testing.T, d string) layer.FS {
+	ro := filepath.Join(filepath.Dir(d), "union-ro")
+	os.MkdirAll(ro, 0o755)
+	u, err := union.New([]fanout.Branch{{FS: localLower(t, d), Mode: fanout.RW}, {FS: localLower(t, ro), Mode: fanout.RO}}, union.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
 func TestFileHandles(t *testing.T) {
 	mounttest.NeedRoot(t)
 	stacks := []struct {
@@ -133,6 +147,7 @@ func TestFileHandles(t *testing.T) {
 		// private bind mount (see TestAtimeOptions).
 		{"null-strictatime", "", func(t *testing.T, d string) layer.FS { return null.New(localLower(t, d)) }, true, []string{"strictatime"}},
 		{"crypt-noatime", "", cryptAgain, true, []string{"noatime"}},
+		{"union", "", unionOver, true, nil},
 		{"null-tmpfs-inside-nodiratime", "sub", func(t *testing.T, d string) layer.FS { return null.New(localLower(t, d)) }, false, []string{"nodiratime"}},
 	}
 	for _, s := range stacks {

@@ -34,10 +34,15 @@ type Finder interface {
 }
 
 // finder is the layer of fs's stack that answers for fs: fs itself, or the
-// lower it forwards to (see Finder); nil when none can.
+// lower it forwards to (see Finder); nil when none can. A Finder that also
+// has CanFind (a fan-out layer, which finds through its lowers) may say it
+// cannot.
 func finder(fs FS) Finder {
 	for {
 		if f, ok := fs.(Finder); ok {
+			if c, ok := f.(interface{ CanFind() bool }); ok && !c.CanFind() {
+				return nil // a fan-out layer over a lower that cannot
+			}
 			return f
 		}
 		ls := fs.Lowers()

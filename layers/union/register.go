@@ -15,6 +15,7 @@ func init() {
 		Name:      "union",
 		Summary:   "merges its lowers, first first, with copy-up, whiteouts and opaque directories in overlayfs's format (Unionfs)",
 		MinLowers: 2, MaxLowers: -1,
+		Finds:   true, // layer.Finder, through its branches
 		Changes: layer.ChangesPlacement,
 		Lacks:   layer.FSRenameWhiteout,
 		Options: []registry.Option{
