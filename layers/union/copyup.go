@@ -77,6 +77,7 @@ func (u *FS) copyUp(ctx context.Context, path string, o *obj) (int, error) {
 		}
 	}
 	if err == nil {
+		u.markImpure(ctx, i, dir)
 		err = dst.Rename(self, tmp, path, 0)
 	}
 	if err != nil {

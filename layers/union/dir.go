@@ -9,16 +9,32 @@ import (
 	"cairn/layer"
 )
 
-// ReadDir merges the listings of the directory's branches, first first:
-// a name is listed once, as the first branch that has it shows it, and not
-// at all if that is a whiteout. Temporary entries are left out.
+// listed is a name of a merged listing.
+type listed struct {
+	e      layer.DirEntry
+	i      int  // the branch that shows it
+	hidden bool // a whiteout
+	dir    bool
+	merged bool // a directory with parts on later branches
+	closed bool // no later branch adds to it
+	looked bool // its opaque mark was read
+}
+
+// ReadDir merges the listings of the directory's branches, first first,
+// as resolve would resolve each name, without asking for each: a name is
+// listed once, as the first branch that has it shows it, and not at all if
+// that is a whiteout; a directory is merged with the later branches'
+// directories of its name down to an opaque one, a whiteout or a
+// non-directory. Temporary entries and the index are left out. A copy
+// shows its original's identity; only directories marked impure (that
+// received a copy) are asked for their files' origins.
 func (u *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirEntry, error) {
 	br, err := u.dirBranches(ctx, path)
 	if err != nil {
 		return nil, err
 	}
-	seen := map[string]bool{}
-	var out []layer.DirEntry
+	names := map[string]*listed{}
+	var order []*listed
 	for k, i := range br {
 		ents, err := u.b[i].FS.ReadDir(ctx, path, plus)
 		if err != nil {
@@ -36,43 +52,101 @@ func (u *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirEn
 				}
 				continue
 			}
-			if seen[e.Name] || path == "" && e.Name == indexDir {
+			if path == "" && e.Name == indexDir {
 				continue
 			}
-			seen[e.Name] = true
-			if e.Mode&unix.S_IFMT == unix.S_IFCHR || e.Mode == 0 {
-				a := e.Attr
-				if a == nil {
-					x, err := u.b[i].FS.Getattr(ctx, layer.Join(path, e.Name))
-					if err != nil {
-						continue
-					}
-					a = &x
-				}
-				if isWhiteout(a) {
+			p := layer.Join(path, e.Name)
+			x := names[e.Name]
+			if x == nil {
+				x = &listed{e: e, i: i, dir: e.Mode&unix.S_IFMT == unix.S_IFDIR}
+				names[e.Name] = x
+				x.hidden = u.isWhiteoutEntry(ctx, i, p, &e)
+				order = append(order, x)
+				continue
+			}
+			if x.hidden || !x.dir || x.closed {
+				continue
+			}
+			if e.Mode&unix.S_IFMT != unix.S_IFDIR {
+				x.closed = true // a whiteout or a non-directory ends the merge
+				continue
+			}
+			if !x.looked {
+				x.looked = true
+				if u.opaque(ctx, x.i, p) {
+					x.closed = true
 					continue
 				}
 			}
-			if k > 0 && e.Mode&unix.S_IFMT == unix.S_IFDIR || plus {
-				// A directory of a later branch may be merged with
-				// one of a branch before it that lists nothing of
-				// that name (it has none): its attributes are its
-				// first part's. Ask the union.
-				a, err := u.resolve(ctx, layer.Join(path, e.Name))
-				if err != nil {
-					continue
-				}
-				e.Attr, e.Ino, e.Mode = &a.a, a.a.Ino, a.a.Mode&unix.S_IFMT
-				if !plus {
-					e.Attr = nil
-				}
-			} else if e.Attr != nil {
-				layer.TagBranch(e.Attr, i, len(u.b))
+			x.merged = true
+			if u.opaque(ctx, i, p) {
+				x.closed = true
 			}
-			out = append(out, e)
 		}
 	}
+	impure := map[int]bool{}
+	for _, i := range br {
+		if u.writable(i) {
+			_, err := u.meta[i].Get(ctx, path, "impure")
+			impure[i] = err == nil
+		}
+	}
+	out := make([]layer.DirEntry, 0, len(order))
+	for _, x := range order {
+		if x.hidden {
+			continue
+		}
+		e := x.e
+		if a := e.Attr; a != nil {
+			layer.TagBranch(a, x.i, len(u.b))
+			if x.merged {
+				a.Nlink = 1
+			}
+		}
+		if !x.dir && impure[x.i] {
+			a := e.Attr
+			if a == nil {
+				a = &layer.Attr{Mode: e.Mode}
+			}
+			if s := u.origin(ctx, x.i, layer.Join(path, e.Name), a); s != nil {
+				s.apply(a)
+				if e.Attr != nil {
+					e.Attr = a
+				}
+				e.Ino = s.id.Ino
+			}
+		}
+		if e.Attr != nil {
+			e.Ino = e.Attr.Ino
+		}
+		out = append(out, e)
+	}
 	return out, nil
+}
+
+// isWhiteoutEntry reports whether entry e of branch i, at p, is a whiteout.
+func (u *FS) isWhiteoutEntry(ctx context.Context, i int, p string, e *layer.DirEntry) bool {
+	if e.Mode != 0 && e.Mode&unix.S_IFMT != unix.S_IFCHR {
+		return false
+	}
+	a := e.Attr
+	if a == nil {
+		x, err := u.b[i].FS.Getattr(ctx, p)
+		if err != nil {
+			return false
+		}
+		a = &x
+	}
+	return isWhiteout(a)
+}
+
+// markImpure marks directory dir of branch i as holding a copy (see
+// ReadDir), as overlayfs marks its "impure" directories.
+func (u *FS) markImpure(ctx context.Context, i int, dir string) {
+	if _, err := u.meta[i].Get(ctx, dir, "impure"); err == nil {
+		return
+	}
+	u.meta[i].Set(layer.AsSelf(ctx), dir, "impure", []byte("y"))
 }
 
 // OpenDir lists the merged directory whole (layer.ListedDir).

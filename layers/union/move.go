@@ -94,6 +94,7 @@ func (m *movable) move(ctx context.Context, i int) error {
 	}
 	if err == nil {
 		if v, gerr := u.meta[i].Get(self, m.path, "origin"); gerr == nil {
+			u.markImpure(ctx, j, dir)
 			err = u.meta[j].Set(self, tmp, "origin", v)
 		}
 	}

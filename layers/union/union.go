@@ -293,6 +293,7 @@ func (u *FS) linkUp(ctx context.Context, path string, o *obj) (bool, error) {
 	if err := u.ensureDir(ctx, w, dir); err != nil {
 		return false, err
 	}
+	u.markImpure(ctx, w, dir)
 	if _, err := u.b[w].FS.Link(self, idx, path); err != nil && !errors.Is(err, syscall.EEXIST) {
 		return false, err
 	}
@@ -783,6 +784,9 @@ func (u *FS) Link(ctx context.Context, oldpath, newpath string) (layer.Attr, err
 		return layer.Attr{}, err
 	}
 	wh := u.whiteoutAt(ctx, i, newpath)
+	if u.origin(ctx, i, oldpath, &o.a) != nil {
+		u.markImpure(ctx, i, ndir)
+	}
 	var a layer.Attr
 	err = u.place(ctx, i, newpath, wh, func(p string) (err error) { a, err = u.b[i].FS.Link(ctx, oldpath, p); return err })
 	layer.TagBranch(&a, i, len(u.b))
@@ -1062,6 +1066,9 @@ func (u *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32) 
 				return err
 			}
 		}
+	}
+	if !o.a.IsDir() && u.origin(ctx, i, oldpath, &o.a) != nil {
+		u.markImpure(ctx, i, ndir)
 	}
 	if uncovers {
 		err = l.Rename(layer.AsSelf(ctx), oldpath, newpath, flags|unix.RENAME_WHITEOUT)

@@ -3,6 +3,7 @@ package union_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io/fs"
 	"os"
@@ -248,6 +249,13 @@ func TestUnionCopyUpWhiteoutOpaque(t *testing.T) {
 	c, _ := os.Stat(m.Path("d", "g"))
 	if ino(a) == ino(b) || ino(a) == ino(c) || ino(b) == ino(c) {
 		t.Fatal("two objects share an inode number")
+	}
+	// A listing shows the same inode numbers as stat, copies included.
+	for name, want := range direntInos(t, m.Path("d")) {
+		var st unix.Stat_t
+		if err := unix.Lstat(m.Path("d", name), &st); err != nil || st.Ino != want {
+			t.Errorf("d/%s: the listing says inode %d, stat %d (%v)", name, want, st.Ino, err)
+		}
 	}
 	// After a remount, copies keep their inode numbers.
 	fino, _ := os.Stat(m.Path("f"))
@@ -514,5 +522,34 @@ func TestUnionHardLinksCopyUp(t *testing.T) {
 	}
 	if got := read(t, m.Path("d", "b")); got != "one file\nchanged\n" {
 		t.Fatalf("d/b after a is removed: %q", got)
+	}
+}
+
+// direntInos lists dir with getdents64 and returns each name's d_ino.
+func direntInos(t testing.TB, dir string) map[string]uint64 {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	out := map[string]uint64{}
+	buf := make([]byte, 1<<16)
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return out
+		}
+		for b := buf[:n]; len(b) > 0; {
+			ino := binary.LittleEndian.Uint64(b)
+			reclen := binary.LittleEndian.Uint16(b[16:])
+			name := string(bytes.TrimRight(b[19:reclen], "\x00"))
+			if name != "." && name != ".." {
+				out[name] = ino
+			}
+			b = b[reclen:]
+		}
 	}
 }
