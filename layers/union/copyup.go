@@ -244,6 +244,13 @@ func (u *FS) ensureDir(ctx context.Context, i int, path string) error {
 	}
 	err = copyMeta(self, src, dst, path, tmp, &a)
 	if err == nil {
+		// The directory keeps its identity too (see origin).
+		if err = u.meta[i].Set(self, tmp, "origin", encodeID(o.a.ID())); errors.Is(err, syscall.EOPNOTSUPP) {
+			err = nil
+		}
+		u.markImpure(ctx, i, parent)
+	}
+	if err == nil {
 		err = dst.Rename(self, tmp, path, 0)
 	}
 	if err != nil {

@@ -103,7 +103,7 @@ func (u *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirEn
 				a.Nlink = 1
 			}
 		}
-		if !x.dir && impure[x.i] {
+		if impure[x.i] {
 			a := e.Attr
 			if a == nil {
 				a = &layer.Attr{Mode: e.Mode}

@@ -311,10 +311,10 @@ func encodeID(id layer.ID) []byte {
 		binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, id.Dev), id.Branch), id.Ino), id.Gen)
 }
 
-// origin is the recorded identity of a non-directory on writable branch i
-// (nil: none).
+// origin is the recorded identity of an object on writable branch i (nil:
+// none): a copy's, or a directory's copied up from a read-only branch.
 func (u *FS) origin(ctx context.Context, i int, path string, a *layer.Attr) *shown {
-	if a.IsDir() || !u.writable(i) {
+	if !u.writable(i) {
 		return nil
 	}
 	v, err := u.meta[i].Get(ctx, path, "origin")
@@ -969,9 +969,19 @@ func (u *FS) clearDir(ctx context.Context, i int, path string) error {
 // if it would uncover a later branch's object.
 func (u *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32) error {
 	if flags == unix.RENAME_EXCHANGE {
+		if oldpath == "" || newpath == "" || strings.HasPrefix(oldpath, newpath+"/") || strings.HasPrefix(newpath, oldpath+"/") {
+			return syscall.EINVAL
+		}
 		return u.exchange(ctx, oldpath, newpath)
 	}
 	if flags&^unix.RENAME_NOREPLACE != 0 {
+		return syscall.EINVAL
+	}
+	// As the kernel checks before asking (when its dentries are one).
+	switch {
+	case newpath == "" || strings.HasPrefix(oldpath, newpath+"/"):
+		return syscall.ENOTEMPTY
+	case oldpath == "" || strings.HasPrefix(newpath, oldpath+"/"):
 		return syscall.EINVAL
 	}
 	o, err := u.resolve(ctx, oldpath)
@@ -1120,6 +1130,15 @@ func (u *FS) exchange(ctx context.Context, a, b string) error {
 	}
 	if i != j {
 		return syscall.EXDEV
+	}
+	// A copy that changes directories makes its new one impure.
+	da, _ := layer.Split(a)
+	db, _ := layer.Split(b)
+	if !oa.a.IsDir() && u.origin(ctx, i, a, &oa.a) != nil {
+		u.markImpure(ctx, i, db)
+	}
+	if !ob.a.IsDir() && u.origin(ctx, i, b, &ob.a) != nil {
+		u.markImpure(ctx, i, da)
 	}
 	err = u.b[i].FS.Rename(ctx, a, b, unix.RENAME_EXCHANGE)
 	u.forget(a)
