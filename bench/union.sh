@@ -391,7 +391,7 @@ if [ -n "$OUT" ]; then
 	{
 		echo "$report"
 		echo
-		echo "Versions: $("$CAIRN" version 2>/dev/null | head -1); $(mergerfs --version 2>&1 | head -1); $(fuse-overlayfs --version 2>&1 | head -1); unionfs-fuse $(dpkg-query -W -f '${Version}' unionfs-fuse); kernel $(uname -r)"
+		echo "Versions: $("$CAIRN" version 2>/dev/null | head -1); $(mergerfs --version 2>&1 | head -1); $(fuse-overlayfs --version 2>&1 | grep -m1 -i version); unionfs-fuse $(dpkg-query -W -f '${Version}' unionfs-fuse); kernel $(uname -r)"
 		echo
 		echo "Raw results (form,config,operation,run,seconds,load1):"
 		echo
