@@ -37,8 +37,9 @@
 #              copy-up), then sync, cold; native: cp LOWER/big UPPER/big; sync
 #   dc_create, dc_ls, dc_rm   pefs's directory cache: 3000 empty files made in
 #              one directory, ls -Al of it, their removal
-#   compile    (--compile) tar -xJf, ./configure, make -j2 of GNU grep 3.8
-#              in the union (the large compile; about 2-5 minutes a run)
+#   compile    tar -xJf, ./configure, make -j2 of GNU grep 3.8 in the
+#              union (the large compile; minutes a run: only with --compile
+#              or --workloads compile)
 #
 # Each figure is the median of --runs runs with its range; throughput for
 # the dd figures, seconds otherwise; ratios of cairn's medians to native's,
@@ -46,8 +47,11 @@
 # average over each configuration's measurements.
 #
 # Usage: sudo bench/union.sh [--runs N] [--forms rorw,twodisk] [--configs a,b]
-#                            [--size MiB] [--compile] [--dir D --dir2 D2] [--out FILE.md]
+#                            [--workloads a,b] [--size MiB] [--compile]
+#                            [--dir D --dir2 D2] [--out FILE.md]
 #
+#   --workloads    a subset of: grep ls untar rm stream copyup dircache
+#                  compile (default: all but compile; --compile adds it)
 #   --dir, --dir2  ext4 directories to work in (two file systems for
 #                  twodisk); by default the script makes ext4 images at
 #                  $CAIRN_BENCH_IMG (default /var/tmp/cairn-union-bench.img,
@@ -62,6 +66,7 @@
 set -euo pipefail
 
 RUNS=3 DIR= DIR2= SIZE=1024 OUT= FORMS=rorw,twodisk CONFIGS= COMPILE=0
+WORKLOADS=grep,ls,untar,rm,stream,copyup,dircache
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--runs) RUNS=$2; shift 2 ;;
@@ -72,11 +77,14 @@ while [ $# -gt 0 ]; do
 	--forms) FORMS=$2; shift 2 ;;
 	--configs) CONFIGS=$2; shift 2 ;;
 	--compile) COMPILE=1; shift ;;
-	-h|--help) sed -n '2,60p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	--workloads) WORKLOADS=$2; shift 2 ;;
+	-h|--help) sed -n '2,65p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "union.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
 [ "$(id -u)" = 0 ] || { echo "union.sh: needs root (drop_caches, mounts)" >&2; exit 2; }
+[ "$COMPILE" = 0 ] || WORKLOADS=$WORKLOADS,compile
+w() { case ",$WORKLOADS," in *,"$1",*) true ;; *) false ;; esac; }
 [ "$RUNS" -ge 1 ] || { echo "union.sh: --runs must be at least 1" >&2; exit 2; }
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 GREP_TAR=${CAIRN_BENCH_TARBALL:-$REPO/../shared/bench/grep_3.8.orig.tar.xz}
@@ -227,32 +235,44 @@ rorw_run() {
 	if [ "$cfg" = native ]; then d=$upd; else up "$cfg" $f "$upd" "$lower" "$wk"; fi
 	local src=$d # where the data set is seen
 	[ "$cfg" = native ] && src=$lower
-	cold
-	timed $f "$cfg" "$run" grep sh -c "grep -r -c zqxjkv '$src/tree' >/dev/null; [ \$? -le 1 ]"
-	cold
-	timed $f "$cfg" "$run" ls_cold sh -c "ls -lR '$src' >/dev/null"
-	timed $f "$cfg" "$run" ls_warm sh -c "ls -lR '$src' >/dev/null"
-	cat "$TREE" >/dev/null
-	timed $f "$cfg" "$run" untar sh -c "mkdir '$d/new' && tar -xf '$TREE' -C '$d/new' && sync"
-	if [ "$cfg" = native ]; then
-		timed $f "$cfg" "$run" rm_rf sh -c "rm -rf '$d/new' && sync"
-	else
-		timed $f "$cfg" "$run" rm_rf sh -c "rm -rf '$d/tree' && sync"
+	if w grep; then
+		cold
+		timed $f "$cfg" "$run" grep sh -c "grep -r -c zqxjkv '$src/tree' >/dev/null; [ \$? -le 1 ]"
 	fi
-	cold
-	timed $f "$cfg" "$run" seqwrite dd if=/dev/zero of="$d/stream" bs=1M count="$SIZE" conv=fsync status=none
-	cold
-	timed $f "$cfg" "$run" seqread dd if="$d/stream" of=/dev/null bs=1M status=none
-	cold
-	timed $f "$cfg" "$run" lowerread dd if="$src/big" of=/dev/null bs=1M status=none
-	cold
-	case $cfg in
-	native) timed $f "$cfg" "$run" copyup sh -c "cp '$lower/big' '$d/big' && sync" ;;
-	mergerfs) ;; # no copy-up: it would open the read-only branch's file for writing in place
-	*) timed $f "$cfg" "$run" copyup sh -c ": >>'$d/big' && sync" ;;
-	esac
-	dircache $f "$cfg" "$run" "$d"
-	if [ "$COMPILE" = 1 ]; then compile $f "$cfg" "$run" "$d"; fi
+	if w ls; then
+		cold
+		timed $f "$cfg" "$run" ls_cold sh -c "ls -lR '$src' >/dev/null"
+		timed $f "$cfg" "$run" ls_warm sh -c "ls -lR '$src' >/dev/null"
+	fi
+	if w untar || { w rm && [ "$cfg" = native ]; }; then
+		cat "$TREE" >/dev/null
+		timed $f "$cfg" "$run" untar sh -c "mkdir '$d/new' && tar -xf '$TREE' -C '$d/new' && sync"
+	fi
+	if w rm; then
+		if [ "$cfg" = native ]; then
+			timed $f "$cfg" "$run" rm_rf sh -c "rm -rf '$d/new' && sync"
+		else
+			timed $f "$cfg" "$run" rm_rf sh -c "rm -rf '$d/tree' && sync"
+		fi
+	fi
+	if w stream; then
+		cold
+		timed $f "$cfg" "$run" seqwrite dd if=/dev/zero of="$d/stream" bs=1M count="$SIZE" conv=fsync status=none
+		cold
+		timed $f "$cfg" "$run" seqread dd if="$d/stream" of=/dev/null bs=1M status=none
+		cold
+		timed $f "$cfg" "$run" lowerread dd if="$src/big" of=/dev/null bs=1M status=none
+	fi
+	if w copyup; then
+		cold
+		case $cfg in
+		native) timed $f "$cfg" "$run" copyup sh -c "cp '$lower/big' '$d/big' && sync" ;;
+		mergerfs) ;; # no copy-up: it would open the read-only branch's file for writing in place
+		*) timed $f "$cfg" "$run" copyup sh -c ": >>'$d/big' && sync" ;;
+		esac
+	fi
+	if w dircache; then dircache $f "$cfg" "$run" "$d"; fi
+	if w compile; then compile $f "$cfg" "$run" "$d"; fi
 	[ "$cfg" = native ] || down "$cfg"
 	rm -rf "$upd" "$wk"
 }
@@ -272,20 +292,28 @@ twodisk_run() {
 		up "$cfg" $f "$d1" "$d2" ""
 	fi
 	cold() { if [ "$cfg" = native ]; then dropcaches; else down "$cfg" && dropcaches && up "$cfg" $f "$d1" "$d2" ""; fi; }
-	cold
-	timed $f "$cfg" "$run" grep sh -c "grep -r -c zqxjkv '$d' >/dev/null; [ \$? -le 1 ]"
-	cold
-	timed $f "$cfg" "$run" ls_cold sh -c "ls -lR '$d' >/dev/null"
-	timed $f "$cfg" "$run" ls_warm sh -c "ls -lR '$d' >/dev/null"
-	cat "$TREE" >/dev/null
-	timed $f "$cfg" "$run" untar sh -c "mkdir '$d/new' && tar -xf '$TREE' -C '$d/new' && sync"
-	timed $f "$cfg" "$run" rm_rf sh -c "rm -rf '$d'/copy* && sync"
-	cold
-	timed $f "$cfg" "$run" seqwrite dd if=/dev/zero of="$d/stream" bs=1M count="$SIZE" conv=fsync status=none
-	cold
-	timed $f "$cfg" "$run" seqread dd if="$d/stream" of=/dev/null bs=1M status=none
-	dircache $f "$cfg" "$run" "$d"
-	if [ "$COMPILE" = 1 ]; then compile $f "$cfg" "$run" "$d"; fi
+	if w grep; then
+		cold
+		timed $f "$cfg" "$run" grep sh -c "grep -r -c zqxjkv '$d' >/dev/null; [ \$? -le 1 ]"
+	fi
+	if w ls; then
+		cold
+		timed $f "$cfg" "$run" ls_cold sh -c "ls -lR '$d' >/dev/null"
+		timed $f "$cfg" "$run" ls_warm sh -c "ls -lR '$d' >/dev/null"
+	fi
+	if w untar; then
+		cat "$TREE" >/dev/null
+		timed $f "$cfg" "$run" untar sh -c "mkdir '$d/new' && tar -xf '$TREE' -C '$d/new' && sync"
+	fi
+	if w rm; then timed $f "$cfg" "$run" rm_rf sh -c "rm -rf '$d'/copy* && sync"; fi
+	if w stream; then
+		cold
+		timed $f "$cfg" "$run" seqwrite dd if=/dev/zero of="$d/stream" bs=1M count="$SIZE" conv=fsync status=none
+		cold
+		timed $f "$cfg" "$run" seqread dd if="$d/stream" of=/dev/null bs=1M status=none
+	fi
+	if w dircache; then dircache $f "$cfg" "$run" "$d"; fi
+	if w compile; then compile $f "$cfg" "$run" "$d"; fi
 	[ "$cfg" = native ] || down "$cfg"
 	rm -rf "$d1" "$d2"
 }
@@ -391,7 +419,7 @@ if [ -n "$OUT" ]; then
 	{
 		echo "$report"
 		echo
-		echo "Versions: $("$CAIRN" version 2>/dev/null | head -1); $(mergerfs --version 2>&1 | head -1); $(fuse-overlayfs --version 2>&1 | grep -m1 -i version); unionfs-fuse $(dpkg-query -W -f '${Version}' unionfs-fuse); kernel $(uname -r)"
+		echo "Versions: $("$CAIRN" version 2>/dev/null | head -1); $(mergerfs --version 2>&1 | head -1); $(fuse-overlayfs --version 2>&1 | grep -m1 '^fuse-overlayfs'); unionfs-fuse $(dpkg-query -W -f '${Version}' unionfs-fuse); kernel $(uname -r)"
 		echo
 		echo "Raw results (form,config,operation,run,seconds,load1):"
 		echo
