@@ -100,7 +100,10 @@ func copyData(ctx context.Context, src, dst layer.FS, path, tmp string, a *layer
 		return err
 	}
 	size := int64(a.Size)
-	err = copyRanges(ctx, in, out, size)
+	ifd, ofd := fdOf(in), fdOf(out)
+	defer closeFd(ifd)
+	defer closeFd(ofd)
+	err = copyRanges(ctx, in, out, ifd, ofd, size)
 	if err == nil {
 		_, err = out.Setattr(ctx, &layer.SetAttr{Valid: layer.SetSize, Size: uint64(size)})
 	}
@@ -113,9 +116,31 @@ func copyData(ctx context.Context, src, dst layer.FS, path, tmp string, a *layer
 	return err
 }
 
-// copyRanges copies the data of in (not its holes) to out.
-func copyRanges(ctx context.Context, in, out layer.File, size int64) error {
-	buf := make([]byte, 1<<20)
+// fdOf is a descriptor of f's lower file when f's bytes are exactly that
+// file's (layer.CapPassthrough: a file of a bottom layer, or of layers that
+// change no data over one), else -1.
+func fdOf(f layer.File) int {
+	if f.Caps()&layer.CapPassthrough == 0 {
+		return -1
+	}
+	if fd, ok := f.PassthroughFd(); ok {
+		return fd
+	}
+	return -1
+}
+
+func closeFd(fd int) {
+	if fd >= 0 {
+		unix.Close(fd)
+	}
+}
+
+// copyRanges copies the data of in (not its holes) to out: in the kernel
+// (copy_file_range) when both have descriptors (ifd, ofd >= 0), by reads
+// and writes otherwise or where the kernel cannot (two file systems of
+// different kinds).
+func copyRanges(ctx context.Context, in, out layer.File, ifd, ofd int, size int64) error {
+	var buf []byte
 	for off := int64(0); off < size; {
 		data, err := in.Lseek(ctx, off, unix.SEEK_DATA)
 		if errors.Is(err, syscall.ENXIO) {
@@ -128,7 +153,29 @@ func copyRanges(ctx context.Context, in, out layer.File, size int64) error {
 		if err != nil || end > size {
 			end = size
 		}
-		for p := data; p < end; {
+		p := data
+		for ifd >= 0 && ofd >= 0 && p < end {
+			q := p
+			n, err := unix.CopyFileRange(ifd, &p, ofd, &q, int(min(end-p, 1<<30)), 0)
+			if err != nil {
+				if errors.Is(err, syscall.EINTR) {
+					continue
+				}
+				if !errors.Is(err, syscall.EXDEV) && !errors.Is(err, syscall.EINVAL) &&
+					!errors.Is(err, syscall.EOPNOTSUPP) && !errors.Is(err, syscall.ENOSYS) {
+					return err
+				}
+				ifd = -1 // the kernel cannot: copy by hand from p
+				break
+			}
+			if n == 0 {
+				return nil // shorter than it said: what is there is copied
+			}
+		}
+		if p < end && buf == nil {
+			buf = make([]byte, 1<<20)
+		}
+		for p < end {
 			n, err := in.ReadAt(ctx, buf[:min(int64(len(buf)), end-p)], p)
 			if n > 0 {
 				w, werr := out.WriteAt(ctx, buf[:n], p)
