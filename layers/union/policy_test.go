@@ -122,3 +122,31 @@ func TestUnionBranchTurnsReadOnly(t *testing.T) {
 		t.Fatalf("read: %q", got)
 	}
 }
+
+// TestUnionRemoveEverywhere: on writable branches, a removed name goes
+// from every branch (as mergerfs removes it), with no whiteout left; a
+// directory on both goes from both.
+func TestUnionRemoveEverywhere(t *testing.T) {
+	a, b := smallFS(t, 16), smallFS(t, 16)
+	for _, d := range []string{a, b} {
+		write(t, filepath.Join(d, "f"), "f")
+		write(t, filepath.Join(d, "dir", "x"), "x")
+	}
+	m := mountRW2(t, a, b, 0, union.Options{})
+	if err := os.Remove(m.Path("f")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(m.Path("dir")); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{a, b} {
+		for _, n := range []string{"f", "dir"} {
+			if exists(filepath.Join(d, n)) {
+				t.Errorf("%s is left in branch %s", n, d)
+			}
+		}
+	}
+	if _, err := os.Stat(m.Path("f")); !os.IsNotExist(err) {
+		t.Fatalf("f after its removal: %v", err)
+	}
+}

@@ -885,12 +885,17 @@ func (u *FS) Rmdir(ctx context.Context, path string) error {
 // file), and hides what the removal would uncover with a whiteout.
 func (u *FS) removeName(ctx context.Context, path string, o *obj, dir bool) error {
 	t := o.top()
-	uncovers := len(o.br) > 1
-	if !uncovers {
-		var err error
-		if uncovers, err = u.below(ctx, path, t); err != nil {
+	if u.writable(t) {
+		// What the removal would uncover on later writable branches
+		// goes too, as mergerfs removes a name from every branch; a
+		// whiteout hides only what is left on read-only ones.
+		if err := u.removeBelow(ctx, path, o, dir); err != nil {
 			return err
 		}
+	}
+	uncovers, err := u.below(ctx, path, t)
+	if err != nil {
+		return err
 	}
 	w, err := u.upper(t)
 	if err != nil {
@@ -934,6 +939,42 @@ func (u *FS) removeName(ctx context.Context, path string, o *obj, dir bool) erro
 		return err
 	}
 	return l.Rmdir(self, tmp)
+}
+
+// removeBelow removes path from the writable branches after o's first,
+// down to the first read-only branch, whiteout or object of the other
+// kind: a file's shadowed files, a directory's emptied parts.
+func (u *FS) removeBelow(ctx context.Context, path string, o *obj, dir bool) error {
+	pdir, _ := layer.Split(path)
+	br, err := u.dirBranches(ctx, pdir)
+	if err != nil {
+		return err
+	}
+	for _, j := range br {
+		if j <= o.top() {
+			continue
+		}
+		a, err := u.b[j].FS.Getattr(ctx, path)
+		if notFound(err) {
+			continue
+		}
+		if err != nil || isWhiteout(&a) || !u.writable(j) || a.IsDir() != dir || dir && !contains(o.br, j) {
+			return nil
+		}
+		l := u.b[j].FS
+		if dir {
+			if err := u.clearDir(ctx, j, path); err != nil {
+				return nil
+			}
+			err = l.Rmdir(ctx, path)
+		} else {
+			err = l.Unlink(ctx, path)
+		}
+		if err != nil {
+			return u.branchErr(j, path, err)
+		}
+	}
+	return nil
 }
 
 // clearDir removes the whiteouts and temporary entries of directory path

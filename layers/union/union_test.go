@@ -289,7 +289,7 @@ func ino(fi os.FileInfo) uint64 { return fi.Sys().(*syscall.Stat_t).Ino }
 // and copy up, white out and make opaque. The upper branch is a plain
 // directory, a zstd stack or a crypt stack: a union stacks over anything.
 func TestUnionModel(t *testing.T) {
-	for _, kind := range []string{"local", "zstd", "crypt"} {
+	for _, kind := range []string{"local", "zstd", "crypt", "rw+rw"} {
 		t.Run(kind, func(t *testing.T) {
 			up, lo, oracle := t.TempDir(), t.TempDir(), t.TempDir()
 			for w := 0; w < 2; w++ {
@@ -321,7 +321,11 @@ func TestUnionModel(t *testing.T) {
 				}
 				upper = c
 			}
-			u, err := union.New([]fanout.Branch{{FS: upper, Mode: fanout.RW}, {FS: localFS(t, lo), Mode: fanout.RO}}, union.Options{})
+			loMode := fanout.RO
+			if kind == "rw+rw" {
+				loMode = fanout.RW // two writable branches, mergerfs's way
+			}
+			u, err := union.New([]fanout.Branch{{FS: upper, Mode: fanout.RW}, {FS: localFS(t, lo), Mode: loMode}}, union.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
