@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"cairn/internal/mounttest"
 	"cairn/layer"
 )
 
@@ -17,17 +18,17 @@ import (
 // private bind mount), as often as they change; everything else works as
 // before, finding objects by identity too.
 func TestSetAtime(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("a private bind mount needs root")
-	}
+	mounttest.NeedRoot(t) // a private bind mount needs root
 	ctx := context.Background()
-	root := t.TempDir()
+	// A file system of the test's own, mounted relatime (tmpfs's default),
+	// whatever the machine's temporary directory is mounted with.
+	root := mounttest.Tmpfs(t, "")
 	var st unix.Statfs_t
 	if err := unix.Statfs(root, &st); err != nil {
 		t.Fatal(err)
 	}
 	if atimeOf(st.Flags).Mode != layer.Relatime {
-		t.Skipf("%s is not mounted relatime", root)
+		t.Fatalf("a new tmpfs at %s is not mounted relatime", root)
 	}
 	if err := os.MkdirAll(filepath.Join(root, "d"), 0o755); err != nil {
 		t.Fatal(err)

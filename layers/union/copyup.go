@@ -257,6 +257,12 @@ func copyXattrs(ctx context.Context, src, dst layer.FS, path, tmp string) error 
 // missing directory of the way with its owner, mode, xattrs and times
 // (made at a temporary name and renamed into place).
 func (u *FS) ensureDir(ctx context.Context, i int, path string) error {
+	u.mu.Lock()
+	br, known := u.dirs[path]
+	u.mu.Unlock()
+	if known && contains(br, i) {
+		return nil // a part of the directory is there
+	}
 	self := layer.AsSelf(ctx)
 	if a, err := u.b[i].FS.Getattr(self, path); err == nil {
 		if !a.IsDir() {

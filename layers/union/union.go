@@ -215,8 +215,15 @@ func (u *FS) forget(path string) {
 
 // resolve finds path in the branches.
 func (u *FS) resolve(ctx context.Context, path string) (*obj, error) {
+	o, _, err := u.lookup(ctx, path)
+	return o, err
+}
+
+// lookup is resolve that also says, when path is not found, which branch
+// holds the whiteout that ended the search (-1: none).
+func (u *FS) lookup(ctx context.Context, path string) (*obj, int, error) {
 	if isTmp(lastName(path)) || path == indexDir {
-		return nil, syscall.ENOENT
+		return nil, -1, syscall.ENOENT
 	}
 	var cand []int
 	if path == "" {
@@ -227,10 +234,11 @@ func (u *FS) resolve(ctx context.Context, path string) (*obj, error) {
 		dir, _ := layer.Split(path)
 		var err error
 		if cand, err = u.dirBranches(ctx, dir); err != nil {
-			return nil, err
+			return nil, -1, err
 		}
 	}
 	var o *obj
+	wh := -1
 	for _, i := range cand {
 		a, err := u.b[i].FS.Getattr(ctx, path)
 		if notFound(err) {
@@ -240,9 +248,15 @@ func (u *FS) resolve(ctx context.Context, path string) (*obj, error) {
 			if o != nil {
 				break // a lower part that cannot be read is left out
 			}
-			return nil, u.branchErr(i, path, err)
+			return nil, -1, u.branchErr(i, path, err)
 		}
-		if isWhiteout(&a) || o != nil && !a.IsDir() {
+		if isWhiteout(&a) {
+			if o == nil {
+				wh = i
+			}
+			break
+		}
+		if o != nil && !a.IsDir() {
 			break
 		}
 		if o == nil {
@@ -254,7 +268,7 @@ func (u *FS) resolve(ctx context.Context, path string) (*obj, error) {
 		}
 	}
 	if o == nil {
-		return nil, syscall.ENOENT
+		return nil, wh, syscall.ENOENT
 	}
 	if len(o.br) > 1 {
 		o.a.Nlink = 1 // merged: unknown, as overlayfs says (find knows)
@@ -265,14 +279,14 @@ func (u *FS) resolve(ctx context.Context, path string) (*obj, error) {
 		// one is linked to the copy.
 		if linked, err := u.linkUp(ctx, path, o); err != nil || linked {
 			if err != nil {
-				return nil, err
+				return nil, -1, err
 			}
-			return u.resolve(ctx, path)
+			return u.lookup(ctx, path)
 		}
 	}
 	o.id = u.origin(ctx, o.top(), path, &o.a)
 	o.id.apply(&o.a)
-	return o, nil
+	return o, -1, nil
 }
 
 func indexName(id layer.ID) string { return indexDir + "/" + hex.EncodeToString(encodeID(id)) }
@@ -600,25 +614,33 @@ func (u *FS) newEntry(ctx context.Context, path string) (int, bool, error) {
 	if path == "" {
 		return -1, false, syscall.EEXIST
 	}
-	if _, err := u.resolve(ctx, path); err == nil {
+	_, wh, err := u.lookup(ctx, path)
+	if err == nil {
 		return -1, false, syscall.EEXIST
 	} else if !errors.Is(err, syscall.ENOENT) {
 		return -1, false, err
 	}
 	dir, _ := layer.Split(path)
-	br, err := u.dirBranches(ctx, dir)
+	// The new name is seen if it is on a branch up to the directory's
+	// last part and up to the first whiteout of the name.
+	i, err := u.chooseBranch(ctx, dir, path, wh)
 	if err != nil {
 		return -1, false, err
 	}
-	// The new name is seen if it is on a branch up to the directory's
-	// last part and up to the first whiteout of the name.
+	return i, i == wh, nil
+}
+
+// chooseBranch is the policy's branch for a new object at path in dir,
+// among the RW branches up to dir's last part and up to branch wh (a
+// whiteout of the name; -1: none), with dir made there.
+func (u *FS) chooseBranch(ctx context.Context, dir, path string, wh int) (int, error) {
+	br, err := u.dirBranches(ctx, dir)
+	if err != nil {
+		return -1, err
+	}
 	last := br[len(br)-1]
-	wh := -1
-	for _, i := range br {
-		if a, err := u.b[i].FS.Getattr(ctx, path); err == nil && isWhiteout(&a) {
-			wh, last = i, min(last, i)
-			break
-		}
+	if wh >= 0 {
+		last = min(last, wh)
 	}
 	cand := make([]fanout.Branch, 0, last+1)
 	for i := 0; i <= last; i++ {
@@ -635,12 +657,9 @@ func (u *FS) newEntry(ctx context.Context, path string) (int, bool, error) {
 		i, err = fanout.Policies["ff"].Create(ctx, cand, path)
 	}
 	if err != nil {
-		return -1, false, err
+		return -1, err
 	}
-	if err := u.ensureDir(ctx, i, dir); err != nil {
-		return -1, false, err
-	}
-	return i, i == wh, nil
+	return i, u.ensureDir(ctx, i, dir)
 }
 
 // place makes a new object at path on branch i with mk (given the path to
@@ -1190,26 +1209,8 @@ func (u *FS) exchange(ctx context.Context, a, b string) error {
 // Tmpfile makes a file with no name on the first RW branch where a name in
 // dir would be seen, with dir there.
 func (u *FS) Tmpfile(ctx context.Context, dir string, flags int, mode uint32) (layer.File, layer.Attr, error) {
-	br, err := u.dirBranches(ctx, dir)
+	i, err := u.chooseBranch(ctx, dir, layer.Join(dir, "tmpfile"), -1)
 	if err != nil {
-		return nil, layer.Attr{}, err
-	}
-	cand := make([]fanout.Branch, 0, len(u.b))
-	for i := 0; i <= br[len(br)-1]; i++ {
-		b := u.b[i]
-		if b.Mode == fanout.NC {
-			b.Mode = fanout.RO
-		}
-		cand = append(cand, b)
-	}
-	i, err := u.policy.Create(ctx, cand, layer.Join(dir, "tmpfile"))
-	if errors.Is(err, syscall.ENOENT) {
-		i, err = fanout.Policies["ff"].Create(ctx, cand, layer.Join(dir, "tmpfile"))
-	}
-	if err != nil {
-		return nil, layer.Attr{}, err
-	}
-	if err := u.ensureDir(ctx, i, dir); err != nil {
 		return nil, layer.Attr{}, err
 	}
 	f, a, err := u.b[i].FS.Tmpfile(ctx, dir, flags, mode)

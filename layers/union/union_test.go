@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -218,7 +219,7 @@ func TestUnionCopyUpWhiteoutOpaque(t *testing.T) {
 		t.Fatal("no whiteout for the renamed s")
 	}
 	// A merged directory cannot be renamed (EXDEV: mv copies).
-	if err := os.Rename(m.Path("d"), m.Path("d2")); !errorIs(err, syscall.EXDEV) {
+	if err := os.Rename(m.Path("d"), m.Path("d2")); !errors.Is(err, syscall.EXDEV) {
 		t.Fatalf("rename of a merged directory: %v", err)
 	}
 	// A copy keeps its original's inode number (one link); objects of the
@@ -271,15 +272,6 @@ func TestUnionCopyUpWhiteoutOpaque(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-func errorIs(err error, e syscall.Errno) bool {
-	var le *os.LinkError
-	if x, ok := err.(*os.LinkError); ok {
-		le = x
-		return le.Err == e
-	}
-	return err != nil && strings.Contains(err.Error(), e.Error())
 }
 
 func ino(fi os.FileInfo) uint64 { return fi.Sys().(*syscall.Stat_t).Ino }
