@@ -150,3 +150,33 @@ func TestUnionRemoveEverywhere(t *testing.T) {
 		t.Fatalf("f after its removal: %v", err)
 	}
 }
+
+// TestUnionCopyUpFullDisk: a copy-up to a full upper branch gives ENOSPC,
+// leaves no part of the copy behind, and the file still reads as the
+// original.
+func TestUnionCopyUpFullDisk(t *testing.T) {
+	up, lo := smallFS(t, 16), t.TempDir()
+	want := bytes.Repeat([]byte("lower "), 1<<20) // 6 MiB
+	if err := os.WriteFile(filepath.Join(lo, "big"), want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(up, "filler"), make([]byte, 12<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := mountUnion(t, up, lo)
+	f, err := os.OpenFile(m.Path("big"), os.O_WRONLY|os.O_APPEND, 0)
+	if err == nil {
+		f.Close()
+		t.Fatal("a copy-up larger than the upper's free space succeeded")
+	}
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("copy-up to a full branch: %v, want ENOSPC", err)
+	}
+	if got, err := os.ReadFile(m.Path("big")); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("the file after a failed copy-up: %d bytes, %v", len(got), err)
+	}
+	left, _ := os.ReadDir(up)
+	if len(left) != 1 {
+		t.Fatalf("the upper branch holds %v after a failed copy-up", left)
+	}
+}

@@ -549,3 +549,41 @@ func direntInos(t testing.TB, dir string) map[string]uint64 {
 		}
 	}
 }
+
+// TestUnionCopyUpAsAnotherUser: uid 65534 (allow_other) writes its own file
+// of the read-only branch, is refused another's 0644 file and a 0000 one,
+// and may not remove a name from root's 0755 directory, as on ext4; the
+// copy keeps its owner and mode, and the branch is not touched.
+func TestUnionCopyUpAsAnotherUser(t *testing.T) {
+	mounttest.NeedRoot(t)
+	nobody := mounttest.User{Uid: 65534, Gid: 65534}
+	up, lo, ext4 := t.TempDir(), t.TempDir(), t.TempDir()
+	for _, d := range []string{lo, ext4} {
+		os.Chmod(d, 0o755)
+		write(t, filepath.Join(d, "mine"), "mine\n")
+		os.Chown(filepath.Join(d, "mine"), 65534, 65534)
+		os.Chmod(filepath.Join(d, "mine"), 0o640)
+		write(t, filepath.Join(d, "roots"), "roots\n")
+		write(t, filepath.Join(d, "none"), "none\n")
+		os.Chmod(filepath.Join(d, "none"), 0)
+	}
+	os.Chmod(up, 0o755)
+	os.Chmod(filepath.Dir(up), 0o755)
+	m := mountUnion(t, up, lo)
+	script := `echo more >> mine && echo ok1; echo x >> roots 2>/dev/null || echo refused2; cat none 2>/dev/null || echo refused3; rm -f roots 2>/dev/null || echo refused4; cat mine`
+	want, err := nobody.Sh(t, ext4, script)
+	if err != nil {
+		t.Fatalf("on ext4: %v: %s", err, want)
+	}
+	got, err := nobody.Sh(t, m.Dir, script)
+	if err != nil || got != want {
+		t.Fatalf("as uid 65534 through the union:\n%s(%v)\non ext4:\n%s", got, err, want)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(up, "mine"), &st); err != nil || st.Uid != 65534 || st.Gid != 65534 || st.Mode&0o7777 != 0o640 {
+		t.Fatalf("the copy: uid %d gid %d mode %o (%v)", st.Uid, st.Gid, st.Mode&0o7777, err)
+	}
+	if read(t, filepath.Join(lo, "mine")) != "mine\n" || exists(filepath.Join(up, "roots")) || exists(filepath.Join(up, "none")) {
+		t.Fatal("the read-only branch changed, or a refused file was copied up")
+	}
+}
