@@ -281,3 +281,31 @@ func Statfs(ctx context.Context, fss []layer.FS) (layer.Statfs, error) {
 	}
 	return sum, nil
 }
+
+// File is an open file of branch I of a fan-out layer with N branches: its
+// attributes are tagged with the branch (layer.TagBranch), then given to
+// Show, if set (a union's copy shows its original's identity).
+type File struct {
+	layer.BaseFile
+	I, N int
+	Show func(*layer.Attr)
+}
+
+func (f *File) tag(a *layer.Attr) {
+	layer.TagBranch(a, f.I, f.N)
+	if f.Show != nil {
+		f.Show(a)
+	}
+}
+
+func (f *File) Getattr(ctx context.Context) (layer.Attr, error) {
+	a, err := f.Lower.Getattr(ctx)
+	f.tag(&a)
+	return a, err
+}
+
+func (f *File) Setattr(ctx context.Context, in *layer.SetAttr) (layer.Attr, error) {
+	a, err := f.Lower.Setattr(ctx, in)
+	f.tag(&a)
+	return a, err
+}

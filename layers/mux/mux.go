@@ -107,27 +107,9 @@ func (m *FS) attr(path string) func(layer.Attr, error) (layer.Attr, error) {
 	}
 }
 
-// file tags an open file of lower i.
-type file struct {
-	layer.BaseFile
-	i, n int
-}
-
-func (f *file) Getattr(ctx context.Context) (layer.Attr, error) {
-	a, err := f.Lower.Getattr(ctx)
-	layer.TagBranch(&a, f.i, f.n)
-	return a, err
-}
-
-func (f *file) Setattr(ctx context.Context, in *layer.SetAttr) (layer.Attr, error) {
-	a, err := f.Lower.Setattr(ctx, in)
-	layer.TagBranch(&a, f.i, f.n)
-	return a, err
-}
-
 func (m *FS) file(path string, f layer.File) layer.File {
 	i, _, _ := m.index(path)
-	return &file{BaseFile: layer.BaseFile{Lower: f}, i: i, n: len(m.lowers)}
+	return &fanout.File{BaseFile: layer.BaseFile{Lower: f}, I: i, N: len(m.lowers)}
 }
 
 // routeEntry is route for operations that create or remove the named
@@ -393,7 +375,7 @@ func (m *FS) Tmpfile(ctx context.Context, dir string, flags int, mode uint32) (l
 
 // LinkFile links a file of one lower into the same lower (EXDEV otherwise).
 func (m *FS) LinkFile(ctx context.Context, f layer.File, newpath string) (layer.Attr, error) {
-	mf, ok := f.(*file)
+	mf, ok := f.(*fanout.File)
 	if !ok {
 		return layer.Attr{}, syscall.EXDEV
 	}
@@ -405,7 +387,7 @@ func (m *FS) LinkFile(ctx context.Context, f layer.File, newpath string) (layer.
 	if err != nil {
 		return layer.Attr{}, err
 	}
-	if i != mf.i {
+	if i != mf.I {
 		return layer.Attr{}, syscall.EXDEV
 	}
 	return m.attr(newpath)(l.LinkFile(ctx, mf.Lower, p))

@@ -501,36 +501,22 @@ func (u *FS) SyncDir(ctx context.Context, path string) error {
 
 // ---- open files ----------------------------------------------------------------
 
-// file tags an open file of branch i, or gives it its origin's identity.
-type file struct {
-	layer.BaseFile
-	i, n int
-	id   *shown
-}
-
-func (f *file) tag(a *layer.Attr) {
-	layer.TagBranch(a, f.i, f.n)
-	f.id.apply(a)
-}
-
-func (f *file) Getattr(ctx context.Context) (layer.Attr, error) {
-	a, err := f.Lower.Getattr(ctx)
-	f.tag(&a)
-	return a, err
-}
-
-func (f *file) Setattr(ctx context.Context, in *layer.SetAttr) (layer.Attr, error) {
-	a, err := f.Lower.Setattr(ctx, in)
-	f.tag(&a)
-	return a, err
-}
-
 // file wraps an open file of branch i opened at path with flags.
 func (u *FS) file(i int, f layer.File, id *shown, path string, flags int) layer.File {
 	if u.move && u.b[i].Mode == fanout.RW && writes(flags) {
 		return &movable{u: u, path: path, flags: flags, lower: f, i: i, id: id}
 	}
-	return &file{BaseFile: layer.BaseFile{Lower: f}, i: i, n: len(u.b), id: id}
+	return u.branchFile(i, f, id)
+}
+
+// branchFile is an open file of branch i, tagged with it, showing id if
+// set.
+func (u *FS) branchFile(i int, f layer.File, id *shown) *fanout.File {
+	bf := &fanout.File{BaseFile: layer.BaseFile{Lower: f}, I: i, N: len(u.b)}
+	if id != nil {
+		bf.Show = id.apply
+	}
+	return bf
 }
 
 func writes(flags int) bool {
@@ -1218,7 +1204,7 @@ func (u *FS) Tmpfile(ctx context.Context, dir string, flags int, mode uint32) (l
 		return nil, a, u.branchErr(i, dir, err)
 	}
 	layer.TagBranch(&a, i, len(u.b))
-	return &file{BaseFile: layer.BaseFile{Lower: f}, i: i, n: len(u.b)}, a, nil
+	return u.branchFile(i, f, nil), a, nil
 }
 
 // LinkFile names an open file of the union (a tmpfile's) on its branch;
@@ -1227,8 +1213,8 @@ func (u *FS) LinkFile(ctx context.Context, f layer.File, newpath string) (layer.
 	var lf layer.File
 	var i int
 	switch x := f.(type) {
-	case *file:
-		lf, i = x.Lower, x.i
+	case *fanout.File:
+		lf, i = x.Lower, x.I
 	case *movable:
 		lf, i, _ = x.cur()
 	default:
