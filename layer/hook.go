@@ -36,6 +36,9 @@ type Op struct {
 	Opener *Caller
 	// Size is what the operation asks for: bytes to read or write, the
 	// length of copy_file_range and fallocate, the buffer of getxattr.
+	// Before may lower it for a read or a write, which then asks the
+	// lower for that many bytes only (a short read or write: the fault
+	// layer's).
 	Size int64
 	// Start is when the operation reached the layer.
 	Start time.Time
@@ -374,7 +377,7 @@ func (f *hookedFile) ReadAt(ctx context.Context, p []byte, off int64) (n int, er
 	op := f.op("read")
 	op.Size = int64(len(p))
 	err = f.h.run(ctx, op, func() (err error) {
-		n, err = f.Lower.ReadAt(ctx, p, off)
+		n, err = f.Lower.ReadAt(ctx, short(p, op.Size), off)
 		op.Bytes = int64(n)
 		return
 	})
@@ -385,11 +388,19 @@ func (f *hookedFile) WriteAt(ctx context.Context, p []byte, off int64) (n int, e
 	op := f.op("write")
 	op.Size = int64(len(p))
 	err = f.h.run(ctx, op, func() (err error) {
-		n, err = f.Lower.WriteAt(ctx, p, off)
+		n, err = f.Lower.WriteAt(ctx, short(p, op.Size), off)
 		op.Bytes = int64(n)
 		return
 	})
 	return
+}
+
+// short is p cut to n bytes, when a hook lowered a read's or write's size.
+func short(p []byte, n int64) []byte {
+	if n >= 0 && n < int64(len(p)) {
+		return p[:n]
+	}
+	return p
 }
 
 func (f *hookedFile) Getattr(ctx context.Context) (a Attr, err error) {

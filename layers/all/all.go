@@ -6,6 +6,7 @@ import (
 	_ "cairn/layers/acl"
 	_ "cairn/layers/codec"
 	_ "cairn/layers/crypt"
+	_ "cairn/layers/fault"
 	_ "cairn/layers/local"
 	_ "cairn/layers/mux"
 	_ "cairn/layers/null"
