@@ -154,3 +154,13 @@ var ErrInUse = errors.New("in use by another cairn process")
 
 // Is makes errors.Is(err, ErrInUse) true.
 func (e *InUseError) Is(target error) bool { return target == ErrInUse }
+
+// Resyncer is a layer whose lowers hold copies of one tree and can fall out
+// of step (replica): `cairn resync` calls Resync on every one in the stack,
+// with the stack unmounted. It brings them back in step by copying what
+// changed (with full, comparing everything), tells progress as objects
+// compared out of a total where it knows one, and sums up what it did in
+// one line.
+type Resyncer interface {
+	Resync(ctx context.Context, full bool, progress func(done, total int64)) (string, error)
+}

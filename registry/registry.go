@@ -74,6 +74,12 @@ type Type struct {
 	// it, before anything is built, so that check refuses whatever New
 	// would; an *OptionError places the error at that option.
 	Check func(opts Values, lowers int) error
+	// CheckDirs, when not nil, checks the directories each lower is
+	// stored in (the values of the dir options of the layers below it,
+	// symbolic links resolved): a replica's lowers may not be one
+	// directory, nor one inside another. A *LowerError places the error at
+	// that lower in over.
+	CheckDirs func(dirs [][]string) error
 	// New builds the layer over its lowers with validated options.
 	New func(lowers []layer.FS, opts Values) (layer.FS, error)
 	// Rules, when not nil, says that the type takes per-path [[rule]]
@@ -96,6 +102,16 @@ type OptionError struct {
 
 func (e *OptionError) Error() string { return fmt.Sprintf("option %q: %v", e.Option, e.Err) }
 func (e *OptionError) Unwrap() error { return e.Err }
+
+// LowerError is an error of a Type's CheckDirs about one lower (0 is the
+// first of over).
+type LowerError struct {
+	Index int
+	Err   error
+}
+
+func (e *LowerError) Error() string { return e.Err.Error() }
+func (e *LowerError) Unwrap() error { return e.Err }
 
 // RuleSpec describes the [[rule]] tables a layer type takes.
 type RuleSpec struct {

@@ -758,6 +758,49 @@ func (c *checker) graph(s *Spec, mountV *value) {
 			c.errorf(pos, "layer %q (type %s): %v", l.Name, l.t.Name, err)
 		}
 	}
+	for _, name := range s.Order {
+		l := s.Layers[name]
+		if c.partial || l.Values == nil || l.t == nil || l.t.CheckDirs == nil {
+			continue
+		}
+		dirs := make([][]string, len(l.Over))
+		for i, o := range l.Over {
+			dirs[i] = s.dirsBelow(o, map[string]bool{})
+		}
+		if err := l.t.CheckDirs(dirs); err != nil {
+			pos := l.Pos
+			var le *registry.LowerError
+			if errors.As(err, &le) && le.Index < len(l.OverPos) {
+				pos = l.OverPos[le.Index]
+			}
+			c.errorf(pos, "layer %q (type %s): %v", l.Name, l.t.Name, err)
+		}
+	}
+}
+
+// dirsBelow are the values of the dir options of layer name and of every
+// layer below it, symbolic links resolved (for Type.CheckDirs).
+func (s *Spec) dirsBelow(name string, seen map[string]bool) []string {
+	l := s.Layers[name]
+	if l == nil || seen[name] {
+		return nil
+	}
+	seen[name] = true
+	var out []string
+	if l.t != nil {
+		for _, o := range l.t.Options {
+			if v, ok := l.Values[o.Name].(string); ok && o.Kind == registry.Dir && v != "" {
+				if r, err := realPath(v); err == nil {
+					v = r
+				}
+				out = append(out, v)
+			}
+		}
+	}
+	for _, o := range l.Over {
+		out = append(out, s.dirsBelow(o, seen)...)
+	}
+	return out
 }
 
 // depth reports a stack deeper than MaxDepth, at the first layer too deep.

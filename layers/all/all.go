@@ -10,6 +10,7 @@ import (
 	_ "cairn/layers/local"
 	_ "cairn/layers/mux"
 	_ "cairn/layers/null"
+	_ "cairn/layers/replica"
 	_ "cairn/layers/snoop"
 	_ "cairn/layers/union"
 )

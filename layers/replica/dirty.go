@@ -1,0 +1,273 @@
+package replica
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+
+	"cairn/layer"
+)
+
+// The dirty log. While a replica is degraded, every object that changes
+// is marked on the healthy replicas, and so is every directory above it:
+// side data "dirty" (layer.Meta), a bit set of the replicas that missed a
+// change of the object or, for a directory, of its entries or of something
+// below it. Being side data, a mark moves with its object's renames and
+// goes with its last unlink; a removal marks the directory it was made in.
+// Resync walks only marked directories, from the root, and clears each mark
+// once its object (a directory: all below it) is brought up to date, so an
+// interrupted resync resumes where it stopped. The marks are the compact
+// path set of the issue: one small attribute per changed object and per
+// directory above one.
+
+const keyDirty = "dirty"
+
+// getMark reads the dirty bits of path on replica i (0: none).
+func (fs *FS) getMark(ctx context.Context, i int, path string) uint32 {
+	v, err := fs.meta[i].Get(ctx, path, keyDirty)
+	if err != nil || len(v) != 4 {
+		return 0
+	}
+	return binary.LittleEndian.Uint32(v)
+}
+
+func (fs *FS) setMark(ctx context.Context, i int, path string, bits uint32) error {
+	if bits == 0 {
+		err := fs.meta[i].Remove(ctx, path, keyDirty)
+		if errors.Is(err, syscall.ENODATA) {
+			err = nil
+		}
+		return err
+	}
+	return fs.meta[i].Set(ctx, path, keyDirty, binary.LittleEndian.AppendUint32(nil, bits))
+}
+
+// markDirty marks paths, and every directory above them, on the healthy
+// replicas for the degraded ones.
+func (fs *FS) markDirty(ctx context.Context, paths ...string) {
+	d := fs.degraded.Load()
+	if d == 0 || len(paths) == 0 {
+		return
+	}
+	for _, p := range paths {
+		for {
+			fs.mark(ctx, p, d)
+			if p == "" {
+				break
+			}
+			p = parent(p)
+		}
+	}
+}
+
+func (fs *FS) mark(ctx context.Context, path string, d uint32) {
+	fs.mu.Lock()
+	have := fs.marked[path]
+	fs.mu.Unlock()
+	if have&d == d {
+		return
+	}
+	for _, i := range fs.healthy() {
+		if err := fs.setMark(ctx, i, path, fs.getMark(ctx, i, path)|d); err != nil && path != "" {
+			// A symbolic link as non-root has no user.* attributes: its
+			// directory's mark covers it (resync compares every entry of
+			// a marked directory by type, size and times).
+			continue
+		}
+	}
+	fs.mu.Lock()
+	if len(fs.marked) > 1<<16 {
+		clear(fs.marked)
+	}
+	fs.marked[path] = have | d
+	fs.mu.Unlock()
+}
+
+// forgetMarks drops what is known of the marks at and below path, whose
+// objects are about to move or go.
+func (fs *FS) forgetMarks(path string) {
+	if fs.degraded.Load() == 0 {
+		return
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	for p := range fs.marked {
+		if _, ok := under(p, path); ok && p != "" {
+			delete(fs.marked, p)
+		}
+	}
+}
+
+// ---- the replica set's state --------------------------------------------------
+
+// state is kept at the root of every replica (side data "state"): the set
+// it belongs to, a generation bumped at each change of state, and the
+// replicas degraded at that generation.
+type state struct {
+	Set      string `json:"set"`
+	N        int    `json:"n"`
+	Gen      uint64 `json:"gen"`
+	Degraded uint32 `json:"degraded"`
+}
+
+const keyState = "state"
+
+func (fs *FS) readState(ctx context.Context, i int) (state, error) {
+	v, err := fs.meta[i].Get(ctx, "", keyState)
+	if err != nil {
+		return state{}, err
+	}
+	var s state
+	if err := json.Unmarshal(v, &s); err != nil {
+		return state{}, fmt.Errorf("replica %d: its state mark is damaged: %v", i+1, err)
+	}
+	return s, nil
+}
+
+// saveState writes the state, with the current degraded set, to every
+// healthy replica (fs.mu held).
+func (fs *FS) saveState(ctx context.Context) error {
+	if fs.state.Set == "" {
+		return nil // not claimed (in-process use without Claim)
+	}
+	fs.state.Gen++
+	fs.state.Degraded = fs.degraded.Load()
+	v, _ := json.Marshal(fs.state)
+	var errs []error
+	for i := range fs.r {
+		if fs.Healthy(i) {
+			if err := fs.meta[i].Set(ctx, "", keyState, v); err != nil {
+				errs = append(errs, fmt.Errorf("replica %d: %w", i+1, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func newSetID() string {
+	id := make([]byte, 8)
+	rand.Read(id)
+	return hex.EncodeToString(id)
+}
+
+// DivergedError says that the replicas do not hold one replica set.
+type DivergedError struct{ Msg string }
+
+func (e *DivergedError) Error() string { return e.Msg }
+
+// Claim checks, before the stack is served (cairn mount), that the
+// replicas are one replica set, and locks them against a second process.
+//   - No replica has a state: a first mount. The trees are compared (type,
+//     size, mode, owner, symbolic link targets, contents); different trees
+//     are refused (cairn resync --full makes them equal).
+//   - Some have another set's state, or none: refused likewise.
+//   - A replica whose generation is behind the newest, or that the newest
+//     state says is degraded, starts degraded (reported, with the command
+//     that brings it back).
+func (fs *FS) Claim(ctx context.Context) error {
+	if err := fs.lock(ctx); err != nil {
+		return err
+	}
+	if err := fs.load(ctx); err != nil {
+		return err
+	}
+	if fs.o.ResyncAtMount && fs.degraded.Load() != 0 {
+		st, err := fs.ResyncStats(ctx, false, nil)
+		if err != nil {
+			return err
+		}
+		fs.log.Info("replica: resynchronised at mount", "copied", st.Copied, "removed", st.Removed, "bytes", st.Bytes)
+	}
+	return nil
+}
+
+func (fs *FS) lock(ctx context.Context) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.unlock != nil {
+		return nil
+	}
+	var rel []func()
+	for i, l := range fs.r {
+		r, err := layer.LockLower(ctx, l, fmt.Sprintf("replica (replica %d)", i+1))
+		if err != nil {
+			for _, r := range rel {
+				r()
+			}
+			return err
+		}
+		rel = append(rel, r)
+	}
+	fs.unlock = func() {
+		for _, r := range rel {
+			r()
+		}
+	}
+	return nil
+}
+
+func (fs *FS) load(ctx context.Context) error {
+	ctx = layer.AsSelf(ctx)
+	sts := make([]state, len(fs.r))
+	have := 0
+	newest := -1
+	for i := range fs.r {
+		s, err := fs.readState(ctx, i)
+		switch {
+		case err == nil:
+			sts[i] = s
+			have++
+			if newest < 0 || s.Gen > sts[newest].Gen {
+				newest = i
+			}
+		case errors.Is(err, syscall.ENODATA):
+		default:
+			return fmt.Errorf("replica: reading replica %d's state: %w", i+1, err)
+		}
+	}
+	if have == 0 {
+		if diffs := fs.compareTrees(ctx, 0, 5); len(diffs) > 0 {
+			return &DivergedError{fmt.Sprintf("replica: the replicas differ at their first mount:\n  %s\nrun 'cairn resync --full SPEC' to make every replica a copy of replica 1, then mount again",
+				strings.Join(diffs, "\n  "))}
+		}
+		fs.mu.Lock()
+		fs.state = state{Set: newSetID(), N: len(fs.r)}
+		err := fs.saveState(ctx)
+		fs.mu.Unlock()
+		return err
+	}
+	set := sts[newest]
+	var d uint32 = set.Degraded
+	for i, s := range sts {
+		if s.Set != set.Set {
+			return &DivergedError{fmt.Sprintf("replica: replica %d (%s) is not part of this replica set (replica %d's): run 'cairn resync --full SPEC' to make it a copy",
+				i+1, layer.LowerDir(fs.r[i]), newest+1)}
+		}
+		if s.Gen < set.Gen {
+			d |= 1 << i
+		}
+	}
+	if popcount(d) >= len(fs.r) {
+		return &DivergedError{"replica: every replica is marked degraded: run 'cairn resync --full SPEC'"}
+	}
+	fs.mu.Lock()
+	fs.state = set
+	fs.degraded.Store(d)
+	if d != 0 {
+		fs.epoch.Add(1)
+	}
+	fs.mu.Unlock()
+	for i := range fs.r {
+		if d&(1<<i) != 0 {
+			fs.log.Error("replica: a replica is degraded (it missed changes): run 'cairn resync SPEC' to bring it back",
+				"replica", i+1, "dir", layer.LowerDir(fs.r[i]))
+		}
+	}
+	return nil
+}

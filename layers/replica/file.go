@@ -1,0 +1,315 @@
+package replica
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"cairn/layer"
+)
+
+// file is an open file of a replica layer: one replica's file for a file
+// opened read-only (rd), every healthy replica's for one opened to write.
+// Reads stay on rd (readahead locality) until it fails.
+type file struct {
+	fs    *FS
+	path  atomic.Pointer[string]
+	flags int       // for reopening on another replica
+	show  *layer.ID // the identity shown, when rd is not the primary
+	epoch uint64    // fs.epoch when the file was last marked dirty
+	id    layer.ID  // the object's identity (the primary's), for fs.opens
+	pt    bool      // passed through (see opens.go)
+
+	mu sync.Mutex
+	lf []layer.File // by replica; nil where not open
+	rd int
+}
+
+// settle drops the files of replicas degraded meanwhile, and reads from the
+// first replica left.
+func (f *file) settle(ctx context.Context) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rd = -1
+	for i, lf := range f.lf {
+		if lf == nil {
+			continue
+		}
+		if !f.fs.Healthy(i) {
+			go lf.Release(context.Background()) // it may hang
+			f.lf[i] = nil
+			continue
+		}
+		if f.rd < 0 {
+			f.rd = i
+		}
+	}
+	if f.rd < 0 {
+		f.rd = 0
+	}
+}
+
+func (f *file) releaseAll(ctx context.Context) {
+	for i, lf := range f.lf {
+		if lf != nil {
+			lf.Release(ctx)
+			f.lf[i] = nil
+		}
+	}
+}
+
+// open are the replicas this file has open and that are healthy.
+func (f *file) open() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var o []int
+	for i, lf := range f.lf {
+		if lf != nil && f.fs.Healthy(i) {
+			o = append(o, i)
+		}
+	}
+	return o
+}
+
+func (f *file) get(i int) layer.File {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lf[i]
+}
+
+// reader is the file to read from: rd's, or after a failure another
+// replica's, opened if need be.
+func (f *file) reader(ctx context.Context) (int, layer.File, error) {
+	f.mu.Lock()
+	i, lf := f.rd, f.lf[f.rd]
+	f.mu.Unlock()
+	if lf != nil && f.fs.Healthy(i) {
+		return i, lf, nil
+	}
+	for _, j := range f.open() {
+		f.mu.Lock()
+		f.rd = j
+		f.mu.Unlock()
+		return j, f.get(j), nil
+	}
+	// A read-only file whose replica failed: open the file on another.
+	path := *f.path.Load()
+	nf, i, err := one(f.fs, f.fs.pick(), "open", path, func(j int) (layer.File, error) { return f.fs.r[j].Open(ctx, path, f.flags) }, release)
+	if err != nil {
+		return 0, nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if old := f.lf[i]; old != nil {
+		nf.Release(ctx)
+		nf = old
+	}
+	f.lf[i], f.rd = nf, i
+	return i, nf, nil
+}
+
+// read runs a read on the reading replica, failing over; it gives the
+// replica that answered.
+func read[T any](ctx context.Context, f *file, op string, fn func(lf layer.File) (T, error)) (T, int, error) {
+	for {
+		i, lf, err := f.reader(ctx)
+		if err != nil {
+			var zero T
+			return zero, i, err
+		}
+		v, err := do(f.fs, i, func() (T, error) { return fn(lf) }, nil)
+		if !failure(err) || !f.fs.degrade(i, op, *f.path.Load(), err) {
+			return v, i, err
+		}
+	}
+}
+
+// write runs a change on every replica the file has open; see all.
+func write[T any](ctx context.Context, f *file, op string, fn func(lf layer.File) (T, error)) ([]T, int, error) {
+	if len(f.open()) == 0 {
+		return nil, 0, syscall.EIO
+	}
+	vals, lead, err := all(f.fs, op, *f.path.Load(), func(i int) (T, error) {
+		lf := f.get(i)
+		if lf == nil {
+			var zero T
+			return zero, nil // not open there (a replica degraded meanwhile)
+		}
+		return fn(lf)
+	}, nil)
+	if f.fs.degraded.Load() != 0 && f.epoch != f.fs.epoch.Load() {
+		f.epoch = f.fs.epoch.Load()
+		f.fs.markDirty(ctx, *f.path.Load())
+	}
+	f.settle(ctx)
+	return vals, lead, err
+}
+
+func (f *file) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	if f.fs.o.Timeout <= 0 {
+		n, _, err := read(ctx, f, "read", func(lf layer.File) (int, error) { return lf.ReadAt(ctx, p, off) })
+		return n, err
+	}
+	// Into a buffer of its own: a replica that answers too late must not
+	// write into p.
+	buf := make([]byte, len(p))
+	n, _, err := read(ctx, f, "read", func(lf layer.File) (int, error) { return lf.ReadAt(ctx, buf, off) })
+	copy(p, buf[:max(0, min(n, len(buf)))])
+	return n, err
+}
+
+func (f *file) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
+	ns, lead, err := write(ctx, f, "write", func(lf layer.File) (int, error) { return lf.WriteAt(ctx, p, off) })
+	if err == nil {
+		// A short write on some replicas only: they differ now.
+		for _, i := range f.open() {
+			if i != lead && ns[i] != ns[lead] {
+				f.fs.degrade(i, "write", *f.path.Load(), fmt.Errorf("diverged: replica %d wrote %d bytes, replica %d %d", lead+1, ns[lead], i+1, ns[i]))
+			}
+		}
+		f.settle(ctx)
+	}
+	if ns == nil {
+		return 0, err
+	}
+	return ns[lead], err
+}
+
+// attrs shows the file's attributes as the primary shows its object.
+func (f *file) attrs(a *layer.Attr, i int) {
+	f.fs.tag(a, i)
+	if f.show != nil {
+		a.Dev, a.Branch, a.Ino, a.Gen = f.show.Dev, f.show.Branch, f.show.Ino, f.show.Gen
+	}
+}
+
+func (f *file) Getattr(ctx context.Context) (layer.Attr, error) {
+	if o := f.open(); len(o) > 1 {
+		lf := f.get(o[0])
+		a, err := do(f.fs, o[0], func() (layer.Attr, error) { return lf.Getattr(ctx) }, nil)
+		if !failure(err) || !f.fs.degrade(o[0], "fgetattr", *f.path.Load(), err) {
+			f.attrs(&a, o[0])
+			return a, err
+		}
+	}
+	a, i, err := read(ctx, f, "fgetattr", func(lf layer.File) (layer.Attr, error) { return lf.Getattr(ctx) })
+	f.attrs(&a, i)
+	return a, err
+}
+
+func (f *file) Setattr(ctx context.Context, in *layer.SetAttr) (layer.Attr, error) {
+	as, lead, err := write(ctx, f, "fsetattr", func(lf layer.File) (layer.Attr, error) { return lf.Setattr(ctx, in) })
+	if as == nil {
+		return layer.Attr{}, err
+	}
+	a := as[lead]
+	f.attrs(&a, lead)
+	return a, err
+}
+
+func (f *file) Flush(ctx context.Context) error {
+	_, _, err := write(ctx, f, "flush", func(lf layer.File) (struct{}, error) { return struct{}{}, lf.Flush(ctx) })
+	return err
+}
+
+func (f *file) Fsync(ctx context.Context, datasync bool) error {
+	_, _, err := write(ctx, f, "fsync", func(lf layer.File) (struct{}, error) { return struct{}{}, lf.Fsync(ctx, datasync) })
+	return err
+}
+
+func (f *file) Release(ctx context.Context) error {
+	f.fs.mu.Lock()
+	delete(f.fs.files, f)
+	f.fs.mu.Unlock()
+	f.fs.closed(f)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, lf := range f.lf {
+		if lf == nil {
+			continue
+		}
+		if f.fs.Healthy(i) {
+			lf.Release(ctx)
+		} else {
+			go lf.Release(context.Background())
+		}
+		f.lf[i] = nil
+	}
+	return nil
+}
+
+func (f *file) Allocate(ctx context.Context, off, length int64, mode uint32) error {
+	_, _, err := write(ctx, f, "fallocate", func(lf layer.File) (struct{}, error) { return struct{}{}, lf.Allocate(ctx, off, length, mode) })
+	return err
+}
+
+func (f *file) Lseek(ctx context.Context, off int64, whence int) (int64, error) {
+	o, _, err := read(ctx, f, "lseek", func(lf layer.File) (int64, error) { return lf.Lseek(ctx, off, whence) })
+	return o, err
+}
+
+// CopyFileRange: the kernel copies through reads and writes instead.
+func (f *file) CopyFileRange(context.Context, int64, layer.File, int64, int64, uint32) (int64, error) {
+	return 0, syscall.EXDEV
+}
+
+// Locks are the kernel's (the frontend keeps them); in-process, the
+// reading replica's.
+func (f *file) Getlk(ctx context.Context, owner uint64, lk *layer.Lock, flags uint32) (layer.Lock, error) {
+	l, _, err := read(ctx, f, "getlk", func(lf layer.File) (layer.Lock, error) { return lf.Getlk(ctx, owner, lk, flags) })
+	return l, err
+}
+
+func (f *file) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, flags uint32, wait bool) error {
+	_, _, err := read(ctx, f, "setlk", func(lf layer.File) (struct{}, error) { return struct{}{}, lf.Setlk(ctx, owner, lk, flags, wait) })
+	return err
+}
+
+// single is the file of a read-only open, which can be handed to the
+// kernel.
+func (f *file) single() layer.File {
+	if writes(f.flags) {
+		return nil
+	}
+	o := f.open()
+	if len(o) != 1 {
+		return nil
+	}
+	return f.get(o[0])
+}
+
+func (f *file) PassthroughFd() (int, bool) {
+	if lf := f.single(); lf != nil && f.pt {
+		return lf.PassthroughFd()
+	}
+	return -1, false
+}
+
+// Caps: a read-only file has its replica file's (passthrough included,
+// unless the layer says no); a file opened to write is several files, and
+// passes nothing through.
+func (f *file) Caps() layer.Caps {
+	if lf := f.single(); lf != nil {
+		c := lf.Caps()
+		if !f.pt {
+			c &^= layer.CapPassthrough
+		}
+		return c
+	}
+	c := ^layer.Caps(0)
+	for _, i := range f.open() {
+		c &= f.get(i).Caps()
+	}
+	return c &^ layer.CapPassthrough
+}
+
+func (f *file) TouchAtime(ctx context.Context) bool {
+	if lf := f.single(); lf != nil {
+		return layer.TouchAtime(ctx, lf)
+	}
+	return false
+}
+
+var _ layer.File = (*file)(nil)

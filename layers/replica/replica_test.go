@@ -1,0 +1,459 @@
+package replica_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"cairn/internal/fsx"
+	"cairn/internal/mounttest"
+	"cairn/layer"
+	"cairn/layers/fault"
+	"cairn/layers/local"
+	"cairn/layers/replica"
+)
+
+func lowers(t *testing.T, n int) []string {
+	var d []string
+	for range n {
+		d = append(d, t.TempDir())
+	}
+	return d
+}
+
+func localFS(t *testing.T, dir string) layer.FS {
+	l, err := local.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// build makes a replica over dirs (each under its own extra layer, if
+// wrap is set), claimed as cairn mount claims it.
+func build(t *testing.T, o replica.Options, ls ...layer.FS) *replica.FS {
+	t.Helper()
+	r, err := replica.New(ls, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Claim(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+func locals(t *testing.T, dirs []string) []layer.FS {
+	var ls []layer.FS
+	for _, d := range dirs {
+		ls = append(ls, localFS(t, d))
+	}
+	return ls
+}
+
+// tree describes a directory: every object's type, mode, owner, size,
+// contents or target, and extended attributes (but the replica's own),
+// hard links as the set of names sharing an inode.
+func tree(t *testing.T, root string) string {
+	t.Helper()
+	var out []string
+	inodes := map[uint64][]string{}
+	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			out = append(out, fmt.Sprintf("error %v", err))
+			return nil
+		}
+		rel, _ := filepath.Rel(root, p)
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			out = append(out, rel+": "+err.Error())
+			return nil
+		}
+		line := fmt.Sprintf("%s mode %o owner %d:%d", rel, st.Mode, st.Uid, st.Gid)
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			b, _ := os.ReadFile(p)
+			line += fmt.Sprintf(" size %d data %x", st.Size, hash(b))
+			if st.Nlink > 1 {
+				inodes[st.Ino] = append(inodes[st.Ino], rel)
+			}
+		case unix.S_IFLNK:
+			l, _ := os.Readlink(p)
+			line += " -> " + l
+		}
+		if rel != "." {
+			line += " xattrs " + xattrs(p)
+		}
+		out = append(out, line)
+		return nil
+	})
+	for _, names := range inodes {
+		sort.Strings(names)
+		out = append(out, "links "+strings.Join(names, " "))
+	}
+	sort.Strings(out)
+	return strings.Join(out, "\n")
+}
+
+func hash(b []byte) []byte {
+	var h [8]byte
+	for i, c := range b {
+		h[i%8] = h[i%8]*31 + c
+	}
+	return h[:]
+}
+
+func xattrs(p string) string {
+	buf := make([]byte, 64<<10)
+	n, err := unix.Llistxattr(p, buf)
+	if err != nil {
+		return "?"
+	}
+	var s []string
+	for _, name := range strings.Split(string(buf[:n]), "\x00") {
+		if name == "" || strings.Contains(name, "cairn.replica.") {
+			continue
+		}
+		v := make([]byte, 64<<10)
+		m, _ := unix.Lgetxattr(p, name, v)
+		s = append(s, fmt.Sprintf("%s=%q", name, v[:max(m, 0)]))
+	}
+	sort.Strings(s)
+	return strings.Join(s, ",")
+}
+
+// same fails unless every directory holds the same tree.
+func same(t *testing.T, dirs ...string) {
+	t.Helper()
+	want := tree(t, dirs[0])
+	for i, d := range dirs[1:] {
+		if got := tree(t, d); got != want {
+			t.Errorf("replica %d differs from replica 1:\n%s", i+2, diff(want, got))
+		}
+	}
+}
+
+func diff(a, b string) string {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	in := map[string]bool{}
+	for _, l := range bl {
+		in[l] = true
+	}
+	ina := map[string]bool{}
+	for _, l := range al {
+		ina[l] = true
+	}
+	var out []string
+	for _, l := range al {
+		if !in[l] {
+			out = append(out, "- "+l)
+		}
+	}
+	for _, l := range bl {
+		if !ina[l] {
+			out = append(out, "+ "+l)
+		}
+	}
+	if len(out) > 30 {
+		out = append(out[:30], "...")
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestReplicaModel runs the data and namespace models over replicas of two
+// and three local lowers; the replicas are then identical.
+func TestReplicaModel(t *testing.T) {
+	for _, n := range []int{2, 3} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			dirs := lowers(t, n)
+			r := build(t, replica.Options{Policy: replica.RoundRobin}, locals(t, dirs)...)
+			m := mounttest.Mount(t, r)
+			os.Mkdir(m.Path("data"), 0o755)
+			fsx.Run(t, fsx.Config{Dir: m.Path("data"), Ops: 3000, Punch: true})
+			fsx.RunTree(t, fsx.TreeConfig{Dir: m.Dir, Ops: 500})
+			os.WriteFile(m.Path("x"), []byte("x"), 0o640)
+			if err := unix.Setxattr(m.Path("x"), "user.k", []byte("v"), 0); err != nil {
+				t.Error(err)
+			}
+			os.Chmod(m.Path("data"), 0o711)
+			m.Unmount()
+			same(t, dirs...)
+			if r.Degraded() != 0 {
+				t.Errorf("replicas degraded after a clean run: %b", r.Degraded())
+			}
+		})
+	}
+}
+
+// TestReplicaReadsBalanced: reads of read-only files go to every replica
+// in turn (round-robin), and one open file reads from one replica.
+func TestReplicaReadsBalanced(t *testing.T) {
+	dirs := lowers(t, 2)
+	for _, d := range dirs {
+		for i := range 4 {
+			os.WriteFile(filepath.Join(d, fmt.Sprint(i)), bytes.Repeat([]byte{'a'}, 1<<16), 0o644)
+		}
+	}
+	var counted []*mounttest.IOCounter
+	var ls []layer.FS
+	for _, d := range dirs {
+		c := mounttest.CountIO(localFS(t, d))
+		counted = append(counted, c)
+		ls = append(ls, c)
+	}
+	r := build(t, replica.Options{Policy: replica.RoundRobin, NoPassthrough: true}, ls...)
+	m := mounttest.Mount(t, r)
+	for i := range 4 {
+		if b, err := os.ReadFile(m.Path(fmt.Sprint(i))); err != nil || len(b) != 1<<16 {
+			t.Fatalf("read %d: %d bytes, %v", i, len(b), err)
+		}
+	}
+	for i, c := range counted {
+		if c.Reads.Load() == 0 {
+			t.Errorf("replica %d served no read", i+1)
+		}
+	}
+	// Identity: the same st_ino whichever replica serves the file.
+	var st1, st2 unix.Stat_t
+	f1, _ := os.Open(m.Path("0"))
+	f2, _ := os.Open(m.Path("0"))
+	defer f1.Close()
+	defer f2.Close()
+	unix.Fstat(int(f1.Fd()), &st1)
+	unix.Fstat(int(f2.Fd()), &st2)
+	var st unix.Stat_t
+	unix.Lstat(m.Path("0"), &st)
+	if st1.Ino != st.Ino || st2.Ino != st.Ino {
+		t.Errorf("st_ino differs between opens: %d %d, stat %d", st1.Ino, st2.Ino, st.Ino)
+	}
+}
+
+// TestReplicaPassthrough: a read-only file of a replica is a replica's
+// file, passed through; a file opened to write is not.
+func TestReplicaPassthrough(t *testing.T) {
+	dirs := lowers(t, 2)
+	for _, d := range dirs {
+		os.WriteFile(filepath.Join(d, "f"), []byte("data"), 0o644)
+	}
+	r := build(t, replica.Options{}, locals(t, dirs)...)
+	for _, c := range []struct {
+		flags int
+		pass  bool
+	}{{unix.O_RDONLY, true}, {unix.O_RDWR, false}, {unix.O_WRONLY, false}} {
+		f, err := r.Open(t.Context(), "f", c.flags)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := f.Caps()&layer.CapPassthrough != 0; got != c.pass {
+			t.Errorf("flags %#o: passthrough %v, want %v", c.flags, got, c.pass)
+		}
+		if fd, ok := f.PassthroughFd(); ok != c.pass {
+			t.Errorf("flags %#o: PassthroughFd %v", c.flags, ok)
+		} else if ok {
+			unix.Close(fd)
+		}
+		f.Release(t.Context())
+	}
+}
+
+// TestReplicaBadInput: what a replica set refuses.
+func TestReplicaBadInput(t *testing.T) {
+	d := t.TempDir()
+	if _, err := replica.New([]layer.FS{localFS(t, d), localFS(t, d)}, replica.Options{}); err == nil || !strings.Contains(err.Error(), "same directory") {
+		t.Errorf("the same directory twice: %v", err)
+	}
+	if _, err := replica.New([]layer.FS{localFS(t, d)}, replica.Options{}); err == nil {
+		t.Error("one replica accepted")
+	}
+	dirs := lowers(t, 2)
+	os.WriteFile(filepath.Join(dirs[0], "a"), []byte("one"), 0o644)
+	os.WriteFile(filepath.Join(dirs[1], "a"), []byte("two"), 0o644)
+	r, err := replica.New(locals(t, dirs), replica.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = r.Claim(t.Context())
+	var de *replica.DivergedError
+	if !errors.As(err, &de) || !strings.Contains(err.Error(), "/a: the contents differ on replica 2") || !strings.Contains(err.Error(), "cairn resync --full") {
+		t.Errorf("different trees at the first mount: %v", err)
+	}
+	r.Close()
+	// resync --full makes them one set.
+	r, _ = replica.New(locals(t, dirs), replica.Options{})
+	st, err := r.ResyncStats(t.Context(), true, nil)
+	if err != nil || st.Copied != 1 {
+		t.Errorf("resync --full: %+v %v", st, err)
+	}
+	r.Close()
+	same(t, dirs...)
+	r, _ = replica.New(locals(t, dirs), replica.Options{})
+	if err := r.Claim(t.Context()); err != nil {
+		t.Errorf("claim after resync --full: %v", err)
+	}
+	r.Close()
+	// A replica from elsewhere.
+	other := t.TempDir()
+	os.WriteFile(filepath.Join(other, "a"), []byte("one"), 0o644)
+	r2, _ := replica.New(locals(t, []string{other, dirs[1]}), replica.Options{})
+	os.WriteFile(filepath.Join(other, "a"), []byte("one"), 0o644)
+	if err := r2.Claim(t.Context()); err == nil || !strings.Contains(err.Error(), "not part of this replica set") {
+		t.Errorf("a foreign replica: %v", err)
+	}
+	r2.Close()
+}
+
+// faulty is replica i's fault layer, with rules that may change.
+func faulty(t *testing.T, dir string) *fault.FS {
+	return fault.New(localFS(t, dir), nil, true, false)
+}
+
+// workload makes and changes files under dir and fails on the first error
+// the application sees.
+func workload(t *testing.T, dir string, round int) {
+	t.Helper()
+	for i := range 20 {
+		p := filepath.Join(dir, fmt.Sprintf("d%d", i%4), fmt.Sprintf("f%d-%d", round, i))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if err := os.WriteFile(p, bytes.Repeat([]byte{byte('a' + i)}, 1000*(i+1)), 0o644); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if b, err := os.ReadFile(p); err != nil || len(b) != 1000*(i+1) {
+			t.Fatalf("round %d: reading back %s: %d bytes, %v", round, p, len(b), err)
+		}
+	}
+}
+
+// TestReplicaFailover: of three replicas, the second starts failing every
+// operation with EIO mid-workload, then the third hangs; the application
+// sees no error. Resync then copies exactly what changed meanwhile (a file
+// rewritten with its size and time kept included: the hash finds it), and
+// the replicas are identical again.
+func TestReplicaFailover(t *testing.T) {
+	dirs := lowers(t, 3)
+	f2, f3 := faulty(t, dirs[1]), faulty(t, dirs[2])
+	r := build(t, replica.Options{Policy: replica.RoundRobin, Timeout: 300 * 1e6}, localFS(t, dirs[0]), f2, f3)
+	m := mounttest.Mount(t, r)
+	workload(t, m.Dir, 0)
+	same(t, dirs...)
+
+	f2.SetRules(fault.Rules{{Errno: syscall.EIO}})
+	workload(t, m.Dir, 1)
+	if r.Degraded() != 0b010 {
+		t.Fatalf("degraded %03b after replica 2 failed, want 010", r.Degraded())
+	}
+	f3.SetRules(fault.Rules{{Hang: 3 * 1e9}})
+	workload(t, m.Dir, 2)
+	// A file rewritten in place with its size and times kept, and one
+	// removed.
+	p := m.Path("d0/f0-0")
+	var st unix.Stat_t
+	unix.Stat(p, &st)
+	if err := os.WriteFile(p, bytes.Repeat([]byte{'Z'}, int(st.Size)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.UtimesNano(p, []unix.Timespec{st.Atim, st.Mtim}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(m.Path("d1/f0-1")); err != nil {
+		t.Fatal(err)
+	}
+	if r.Degraded() != 0b110 {
+		t.Fatalf("degraded %03b after replica 3 hung, want 110", r.Degraded())
+	}
+	m.Unmount()
+	r.Close()
+	f2.SetRules(nil)
+	f3.SetRules(nil)
+	if tree(t, dirs[0]) == tree(t, dirs[1]) || tree(t, dirs[0]) == tree(t, dirs[2]) {
+		t.Fatal("the degraded replicas got the changes")
+	}
+
+	// A new mount sees them degraded (and refuses nothing).
+	r2 := build(t, replica.Options{}, locals(t, dirs)...)
+	if r2.Degraded() != 0b110 {
+		t.Errorf("a new mount sees degraded %03b, want 110", r2.Degraded())
+	}
+	replica.SetDebugCopy(func(k int, p string) { t.Logf("copy to %d: %s", k+1, p) })
+	defer replica.SetDebugCopy(nil)
+	st2, err := r2.ResyncStats(t.Context(), false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Replica 2 missed rounds 1 and 2 (40 files), replica 3 round 2 (20),
+	// each the rewritten file and the removal.
+	if st2.Copied != 40+1+20+1 || st2.Removed != 2 {
+		t.Errorf("resync: %+v, want 62 copied and 2 removed", st2)
+	}
+	same(t, dirs...)
+	if r2.Degraded() != 0 {
+		t.Errorf("degraded %03b after the resync", r2.Degraded())
+	}
+	// Nothing left to do.
+	if st, err := r2.ResyncStats(t.Context(), false, nil); err != nil || st.Copied != 0 || st.Removed != 0 {
+		t.Errorf("a second resync: %+v %v", st, err)
+	}
+}
+
+// TestReplicaResyncInterrupted: a resync that stops midway (a crash, ^C),
+// with a temporary file of it left behind, resumes when run again.
+func TestReplicaResyncInterrupted(t *testing.T) {
+	dirs := lowers(t, 2)
+	f2 := faulty(t, dirs[1])
+	r := build(t, replica.Options{Timeout: 300 * 1e6}, localFS(t, dirs[0]), f2)
+	m := mounttest.Mount(t, r)
+	workload(t, m.Dir, 0)
+	f2.SetRules(fault.Rules{{Errno: syscall.EIO}})
+	workload(t, m.Dir, 1)
+	workload(t, m.Dir, 2)
+	m.Unmount()
+	r.Close()
+	f2.SetRules(nil)
+
+	total := int64(0)
+	for i := 0; ; i++ {
+		if i > 50 {
+			t.Fatal("the resync never finished")
+		}
+		r, err := replica.New(locals(t, dirs), replica.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		st, err := r.ResyncStats(ctx, false, func(done, _ int64) {
+			if done == int64(15*(i+1)) {
+				cancel()
+			}
+		})
+		cancel()
+		r.Close()
+		total += st.Copied
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+		// What a crash in the middle of a copy leaves (in a directory
+		// not done yet).
+		if i == 0 {
+			os.WriteFile(filepath.Join(dirs[1], "d2", ".cairn-replica-tmp.f2-2"), []byte("half"), 0o600)
+		}
+	}
+	same(t, dirs...)
+	if total < 40 || total > 48 {
+		t.Errorf("%d objects copied in all, want 40 and a few copied twice at most", total)
+	}
+}
