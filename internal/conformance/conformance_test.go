@@ -16,6 +16,7 @@ import (
 	"cairn/layers/mux"
 	"cairn/layers/null"
 	"cairn/layers/snoop"
+	"cairn/layers/replica"
 	"cairn/layers/union"
 )
 
@@ -36,6 +37,7 @@ var stacks = []conformance.Stack{
 	{Name: "snoop-crypt", Build: func(t testing.TB, d string) layer.FS { return snoopOver(t, cryptOver(t, lower(t, d))) }, Limits: cryptLimits},
 	{Name: "acl-zstd", Build: func(t testing.TB, d string) layer.FS { return aclOver(codecOver("zstd")(t, d)) }, Limits: holes("codec")},
 	{Name: "chain-zstd-crypt", Build: chainOver, Limits: holes("codec and crypt")},
+	{Name: "replica", Build: replicaOf},
 	{Name: "union", Build: unionOver, Limits: map[conformance.Limit]string{conformance.NoWhiteout: "a whiteout is the union's own (overlayfs refuses it too)"}},
 	{Name: "null-mux", Build: func(t testing.TB, d string) layer.FS { return null.New(muxTmpfsDisk(t, d)) }, Dirs: []string{"tmp", "disk"}, Limits: onTmpfs},
 }
@@ -91,6 +93,19 @@ func cryptOver(t testing.TB, l layer.FS) layer.FS {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// replicaOf is a replica set of d and another directory of the same file
+// system, claimed as cairn mount claims it.
+func replicaOf(t testing.TB, d string) layer.FS {
+	r, err := replica.New([]layer.FS{lower(t, d), lower(t, t.TempDir())}, replica.Options{Policy: replica.RoundRobin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Claim(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // unionOver is a union of d (read-write) over a read-only branch with a

@@ -3,6 +3,7 @@ package replica
 import (
 	"context"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -21,18 +22,19 @@ type file struct {
 	epoch uint64    // fs.epoch when the file was last marked dirty
 	id    layer.ID  // the object's identity (the primary's), for fs.opens
 	pt    bool      // passed through (see opens.go)
+	ptw   bool      // opened to write, and passed through to replica rd
 
 	mu sync.Mutex
 	lf []layer.File // by replica; nil where not open
 	rd int
 }
 
-// settle drops the files of replicas degraded meanwhile, and reads from the
-// first replica left.
+// settle drops the files of replicas degraded meanwhile; reads stay on
+// their replica if it is left, else go to the first one left.
 func (f *file) settle(ctx context.Context) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.rd = -1
+	first := -1
 	for i, lf := range f.lf {
 		if lf == nil {
 			continue
@@ -42,13 +44,14 @@ func (f *file) settle(ctx context.Context) {
 			f.lf[i] = nil
 			continue
 		}
-		if f.rd < 0 {
-			f.rd = i
+		if first < 0 {
+			first = i
 		}
 	}
-	if f.rd < 0 {
-		f.rd = 0
+	if f.rd >= 0 && f.rd < len(f.lf) && f.lf[f.rd] != nil {
+		return
 	}
+	f.rd = max(first, 0)
 }
 
 func (f *file) releaseAll(ctx context.Context) {
@@ -215,6 +218,9 @@ func (f *file) Flush(ctx context.Context) error {
 }
 
 func (f *file) Fsync(ctx context.Context, datasync bool) error {
+	if f.ptw {
+		f.copyOut(ctx)
+	}
 	_, _, err := write(ctx, f, "fsync", func(lf layer.File) (struct{}, error) { return struct{}{}, lf.Fsync(ctx, datasync) })
 	return err
 }
@@ -223,6 +229,9 @@ func (f *file) Release(ctx context.Context) error {
 	f.fs.mu.Lock()
 	delete(f.fs.files, f)
 	f.fs.mu.Unlock()
+	if f.ptw {
+		f.copyOut(ctx)
+	}
 	f.fs.closed(f)
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -268,8 +277,11 @@ func (f *file) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, flags ui
 }
 
 // single is the file of a read-only open, which can be handed to the
-// kernel.
+// kernel (or the passed-through replica's file of a ptw file).
 func (f *file) single() layer.File {
+	if f.ptw {
+		return f.get(f.rd)
+	}
 	if writes(f.flags) {
 		return nil
 	}
@@ -313,3 +325,46 @@ func (f *file) TouchAtime(ctx context.Context) bool {
 }
 
 var _ layer.File = (*file)(nil)
+
+// copyOut makes the other replicas' files of a file opened to write and
+// passed through (whose bytes the kernel wrote to replica rd only) copies
+// of rd's. A replica that fails it is degraded.
+func (f *file) copyOut(ctx context.Context) {
+	src := f.get(f.rd)
+	if src == nil {
+		return
+	}
+	a, err := src.Getattr(ctx)
+	if err != nil {
+		return
+	}
+	buf := make([]byte, 1<<20)
+	for _, j := range f.open() {
+		if j == f.rd {
+			continue
+		}
+		dst := f.get(j)
+		err := func() error {
+			for off := int64(0); off < int64(a.Size); {
+				n, err := src.ReadAt(ctx, buf, off)
+				if n > 0 {
+					if _, err := dst.WriteAt(ctx, buf[:n], off); err != nil {
+						return err
+					}
+					off += int64(n)
+				}
+				if err == io.EOF || n == 0 {
+					break
+				}
+				if err != nil {
+					return err
+				}
+			}
+			_, err := dst.Setattr(ctx, &layer.SetAttr{Valid: layer.SetSize | layer.SetMtime, Size: a.Size, Mtime: a.Mtime})
+			return err
+		}()
+		if err != nil {
+			f.fs.degrade(j, "write", *f.path.Load(), fmt.Errorf("copying the passed-through writes of replica %d: %w", f.rd+1, err))
+		}
+	}
+}

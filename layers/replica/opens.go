@@ -1,7 +1,8 @@
 package replica
 
 import (
-	"syscall"
+	"context"
+	"encoding/json"
 
 	"cairn/layer"
 )
@@ -9,15 +10,16 @@ import (
 // The kernel keeps one I/O mode per inode (fs/fuse/iomode.c): while a file
 // of it is passed through, every other open of it must be passed through
 // too, to the same backing file, and while one is open through the page
-// cache none may be passed through; an open that breaks this fails with EIO.
-// A replica passes through read-only files, one replica's each, and serves
-// files opened to write itself (they are several files). So the layer
-// counts the open files of each object: a read-only open goes to the
-// replica that already backs the object's passed-through files; it is not
-// passed through while the object is open to write; and an open to write
-// while the object's read-only files are passed through is refused with
-// ETXTBSY (the kernel would refuse it with EIO), which mount option
-// passthrough = false avoids (docs/replica.md).
+// cache none may be passed through; an open that breaks this fails with
+// EIO. A replica passes through read-only files, one replica's each, and
+// serves files opened to write itself (they are several files). So the
+// layer counts the open files of each object: a read-only open goes to the
+// replica that already backs the object's passed-through files, and is not
+// passed through while the object is open to write through the layer. An
+// open to write while the object's read-only files are passed through is
+// passed through too, to their replica (the kernel then writes that
+// replica's file alone), under a write-intent mark (intend), and its bytes
+// are copied to the other replicas at its fsync and last close (copyOut).
 
 // opens are the open files of one object.
 type opens struct {
@@ -48,15 +50,72 @@ func (fs *FS) readOpen(id layer.ID) (int, bool, error) {
 	return -1, true, nil
 }
 
-// writeOpen refuses an open to write while the object's files are passed
-// through.
-func (fs *FS) writeOpen(id layer.ID) error {
+// writeOpen says whether an open to write must be passed through, and to
+// which replica (-1: not), as the object's read-only files are.
+func (fs *FS) writeOpen(id layer.ID) int {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if o := fs.opens[id]; o != nil && o.ptN > 0 {
-		return syscall.ETXTBSY
+		return o.pt
+	}
+	return -1
+}
+
+// intend records, before a file opened to write is passed through to
+// replica pt (whose bytes the kernel then changes alone, until the file is
+// released and copied to the others: file.copyOut), that the other replicas
+// may be behind on path: a dirty mark on pt (with the directories above
+// it) and a newer state generation on pt alone. After a crash, the others
+// are behind by generation, and resync copies the marked file from pt.
+func (fs *FS) intend(ctx context.Context, pt int, path string) error {
+	ctx = layer.AsSelf(ctx)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	bits := uint32(1<<len(fs.r)-1) &^ fs.degraded.Load() &^ (1 << pt)
+	for p := path; ; p = parent(p) {
+		if err := fs.setMark(ctx, pt, p, fs.getMark(ctx, pt, p)|bits); err != nil {
+			return err
+		}
+		if p == "" {
+			break
+		}
+	}
+	fs.ptw[path] |= bits
+	fs.ptwN++
+	if fs.state.Set != "" && fs.ptwN == 1 {
+		fs.state.Gen++
+		v, _ := json.Marshal(fs.state)
+		return fs.meta[pt].Set(ctx, "", keyState, v)
 	}
 	return nil
+}
+
+// intended ends an intend: when no file is passed through to write any
+// more (each copied out), the marks it made for replicas still healthy
+// are cleared and every replica gets the same generation again.
+func (fs *FS) intended(ctx context.Context) {
+	ctx = layer.AsSelf(ctx)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.ptwN--; fs.ptwN > 0 {
+		return
+	}
+	healthy := uint32(1<<len(fs.r)-1) &^ fs.degraded.Load()
+	for path, bits := range fs.ptw {
+		bits &= healthy
+		for p := path; ; p = parent(p) {
+			for i := range fs.r {
+				if m := fs.getMark(ctx, i, p); m&bits != 0 {
+					fs.setMark(ctx, i, p, m&^bits)
+				}
+			}
+			if p == "" {
+				break
+			}
+		}
+	}
+	clear(fs.ptw)
+	fs.saveState(ctx)
 }
 
 func (fs *FS) opened(f *file) {
@@ -79,17 +138,18 @@ func (fs *FS) closed(f *file) {
 	unlock := fs.lockID(f.id)
 	defer unlock()
 	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	o := fs.opens[f.id]
-	if o == nil {
-		return
+	if o := fs.opens[f.id]; o != nil {
+		if f.pt {
+			o.ptN--
+		} else {
+			o.cached--
+		}
+		if o.ptN <= 0 && o.cached <= 0 {
+			delete(fs.opens, f.id)
+		}
 	}
-	if f.pt {
-		o.ptN--
-	} else {
-		o.cached--
-	}
-	if o.ptN <= 0 && o.cached <= 0 {
-		delete(fs.opens, f.id)
+	fs.mu.Unlock()
+	if f.ptw {
+		fs.intended(context.Background())
 	}
 }

@@ -97,8 +97,10 @@ type FS struct {
 	files  map[*file]struct{}
 	epoch  atomic.Uint64 // bumped when a replica is degraded
 	opens  map[layer.ID]*opens
-	idMu   [64]sync.Mutex // opens of one object, one at a time
-	unlock func()         // releases Claim's locks
+	ptw    map[string]uint32 // paths under write-intent (opens.go)
+	ptwN   int               // files passed through to write
+	idMu   [64]sync.Mutex    // opens of one object, one at a time
+	unlock func()            // releases Claim's locks
 }
 
 // New builds a replica layer over lowers. It checks nothing on the
@@ -123,7 +125,7 @@ func New(lowers []layer.FS, o Options) (*FS, error) {
 		seen[a.ID()] = i
 	}
 	fs := &FS{r: lowers, o: o, log: slog.Default(), outstanding: make([]atomic.Int64, len(lowers)),
-		marked: map[string]uint32{}, files: map[*file]struct{}{}, opens: map[layer.ID]*opens{}}
+		marked: map[string]uint32{}, files: map[*file]struct{}{}, opens: map[layer.ID]*opens{}, ptw: map[string]uint32{}}
 	for _, l := range lowers {
 		fs.meta = append(fs.meta, layer.NewMeta(l, "replica"))
 	}
@@ -602,18 +604,31 @@ func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, err
 		fs.opened(f)
 		return fs.track(f, path), nil
 	}
-	if err := fs.writeOpen(f.id); err != nil {
-		return nil, err
+	pt := fs.writeOpen(f.id)
+	if pt >= 0 {
+		// Write-intent, before anything is written (see opens.go).
+		if err := fs.intend(ctx, pt, path); err != nil {
+			return nil, err
+		}
 	}
 	lfs, _, err := all(fs, "open", path, func(i int) (layer.File, error) { return fs.r[i].Open(ctx, path, flags) }, release)
 	f.lf = lfs
 	if err != nil {
 		f.releaseAll(ctx)
+		fs.intended(ctx)
 		return nil, err
 	}
 	f.settle(ctx)
 	if flags&unix.O_TRUNC != 0 {
 		fs.markDirty(ctx, path)
+	}
+	if pt >= 0 {
+		if f.lf[pt] == nil || f.lf[pt].Caps()&layer.CapPassthrough == 0 {
+			f.releaseAll(ctx)
+			fs.intended(ctx)
+			return nil, syscall.ETXTBSY
+		}
+		f.rd, f.pt, f.ptw = pt, true, true
 	}
 	fs.opened(f)
 	return fs.track(f, path), nil

@@ -457,3 +457,57 @@ func TestReplicaResyncInterrupted(t *testing.T) {
 		t.Errorf("%d objects copied in all, want 40 and a few copied twice at most", total)
 	}
 }
+
+// TestReplicaWriteWhileReading: a file open read-only (passed through from
+// one replica) is opened to write and written: the kernel writes through
+// the readers' replica, and the others get the bytes at fsync and close.
+func TestReplicaWriteWhileReading(t *testing.T) {
+	dirs := lowers(t, 3)
+	for _, d := range dirs {
+		os.WriteFile(filepath.Join(d, "f"), []byte("0123456789"), 0o644)
+	}
+	r := build(t, replica.Options{Policy: replica.RoundRobin}, locals(t, dirs)...)
+	m := mounttest.Mount(t, r)
+	rd, err := os.Open(m.Path("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	w, err := os.OpenFile(m.Path("f"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatalf("opening to write a file open to read: %v", err)
+	}
+	if _, err := w.WriteAt([]byte("abc"), 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	same(t, dirs...)
+	if _, err := w.WriteAt([]byte("XYZ!"), 8); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	b := make([]byte, 12)
+	if n, _ := rd.ReadAt(b, 0); string(b[:n]) != "01abc567XYZ!" {
+		t.Errorf("the reader reads %q", b[:n])
+		for _, d := range dirs {
+			b, _ := os.ReadFile(filepath.Join(d, "f"))
+			t.Logf("%s: %q", d, b)
+		}
+		b, _ := os.ReadFile(m.Path("f"))
+		t.Logf("mount: %q", b)
+	}
+	rd.Close()
+	m.Unmount()
+	same(t, dirs...)
+	if r.Degraded() != 0 {
+		t.Errorf("degraded %b", r.Degraded())
+	}
+	// The marks are gone: a new mount finds every replica in step.
+	r.Close()
+	r2 := build(t, replica.Options{}, locals(t, dirs)...)
+	if r2.Degraded() != 0 {
+		t.Errorf("a new mount finds degraded %b", r2.Degraded())
+	}
+}
