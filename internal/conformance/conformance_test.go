@@ -15,8 +15,8 @@ import (
 	"cairn/layers/local"
 	"cairn/layers/mux"
 	"cairn/layers/null"
-	"cairn/layers/snoop"
 	"cairn/layers/replica"
+	"cairn/layers/snoop"
 	"cairn/layers/union"
 )
 
