@@ -174,7 +174,7 @@ func (fs *FS) Claim(ctx context.Context) error {
 	if err := fs.lock(ctx); err != nil {
 		return err
 	}
-	if err := fs.load(ctx); err != nil {
+	if err := fs.load(ctx, true); err != nil {
 		return err
 	}
 	if fs.o.ResyncAtMount && fs.degraded.Load() != 0 {
@@ -212,7 +212,9 @@ func (fs *FS) lock(ctx context.Context) error {
 	return nil
 }
 
-func (fs *FS) load(ctx context.Context) error {
+// load reads the replicas' states (see Claim); report logs the degraded
+// ones.
+func (fs *FS) load(ctx context.Context, report bool) error {
 	ctx = layer.AsSelf(ctx)
 	sts := make([]state, len(fs.r))
 	have := 0
@@ -264,7 +266,7 @@ func (fs *FS) load(ctx context.Context) error {
 	}
 	fs.mu.Unlock()
 	for i := range fs.r {
-		if d&(1<<i) != 0 {
+		if report && d&(1<<i) != 0 {
 			fs.log.Error("replica: a replica is degraded (it missed changes): run 'cairn resync SPEC' to bring it back",
 				"replica", i+1, "dir", layer.LowerDir(fs.r[i]))
 		}

@@ -63,7 +63,7 @@ func (fs *FS) ResyncStats(ctx context.Context, full bool, progress Progress) (St
 	if err := fs.lock(ctx); err != nil {
 		return st, err
 	}
-	err := fs.load(ctx)
+	err := fs.load(ctx, false)
 	var de *DivergedError
 	if errors.As(err, &de) && full {
 		err = nil
