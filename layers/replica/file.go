@@ -189,7 +189,7 @@ func (f *file) attrs(a *layer.Attr, i int) {
 }
 
 func (f *file) Getattr(ctx context.Context) (layer.Attr, error) {
-	if o := f.open(); len(o) > 1 {
+	if o := f.open(); len(o) > 1 && !f.ptw {
 		lf := f.get(o[0])
 		a, err := do(f.fs, o[0], func() (layer.Attr, error) { return lf.Getattr(ctx) }, nil)
 		if !failure(err) || !f.fs.degrade(o[0], "fgetattr", *f.path.Load(), err) {

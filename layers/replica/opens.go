@@ -80,7 +80,8 @@ func (fs *FS) intend(ctx context.Context, pt int, path string) error {
 			break
 		}
 	}
-	fs.ptw[path] |= bits
+	w := fs.ptw[path]
+	fs.ptw[path] = ptwMark{bits: w.bits | bits, pt: pt}
 	fs.ptwN++
 	if fs.state.Set != "" && fs.ptwN == 1 {
 		fs.state.Gen++
@@ -101,8 +102,8 @@ func (fs *FS) intended(ctx context.Context) {
 		return
 	}
 	healthy := uint32(1<<len(fs.r)-1) &^ fs.degraded.Load()
-	for path, bits := range fs.ptw {
-		bits &= healthy
+	for path, w := range fs.ptw {
+		bits := w.bits & healthy
 		for p := path; ; p = parent(p) {
 			for i := range fs.r {
 				if m := fs.getMark(ctx, i, p); m&bits != 0 {
@@ -152,4 +153,25 @@ func (fs *FS) closed(f *file) {
 	if f.ptw {
 		fs.intended(context.Background())
 	}
+}
+
+// ptwMark is a path under write-intent: the replicas that may be behind,
+// and the one the kernel writes.
+type ptwMark struct {
+	bits uint32
+	pt   int
+}
+
+// writing says which replica holds the newest bytes of path while a file
+// of it is passed through to write (-1: none; the primary's are right).
+func (fs *FS) writing(path string) int {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if len(fs.ptw) == 0 {
+		return -1
+	}
+	if w, ok := fs.ptw[path]; ok {
+		return w.pt
+	}
+	return -1
 }

@@ -97,10 +97,10 @@ type FS struct {
 	files  map[*file]struct{}
 	epoch  atomic.Uint64 // bumped when a replica is degraded
 	opens  map[layer.ID]*opens
-	ptw    map[string]uint32 // paths under write-intent (opens.go)
-	ptwN   int               // files passed through to write
-	idMu   [64]sync.Mutex    // opens of one object, one at a time
-	unlock func()            // releases Claim's locks
+	ptw    map[string]ptwMark // paths under write-intent (opens.go)
+	ptwN   int                // files passed through to write
+	idMu   [64]sync.Mutex     // opens of one object, one at a time
+	unlock func()             // releases Claim's locks
 }
 
 // New builds a replica layer over lowers. It checks nothing on the
@@ -125,7 +125,7 @@ func New(lowers []layer.FS, o Options) (*FS, error) {
 		seen[a.ID()] = i
 	}
 	fs := &FS{r: lowers, o: o, log: slog.Default(), outstanding: make([]atomic.Int64, len(lowers)),
-		marked: map[string]uint32{}, files: map[*file]struct{}{}, opens: map[layer.ID]*opens{}, ptw: map[string]uint32{}}
+		marked: map[string]uint32{}, files: map[*file]struct{}{}, opens: map[layer.ID]*opens{}, ptw: map[string]ptwMark{}}
 	for _, l := range lowers {
 		fs.meta = append(fs.meta, layer.NewMeta(l, "replica"))
 	}
@@ -356,6 +356,14 @@ func (fs *FS) tag(a *layer.Attr, i int) { layer.TagBranch(a, i, len(fs.r)) }
 func (fs *FS) Getattr(ctx context.Context, path string) (layer.Attr, error) {
 	a, i, err := one(fs, fs.primary(), "getattr", path, func(i int) (layer.Attr, error) { return fs.r[i].Getattr(ctx, path) }, nil)
 	fs.tag(&a, i)
+	if pt := fs.writing(path); err == nil && pt >= 0 && pt != i {
+		// The kernel writes replica pt's file alone (opens.go): its size
+		// and times are the file's; the identity stays the primary's.
+		if w, err := do(fs, pt, func() (layer.Attr, error) { return fs.r[pt].Getattr(ctx, path) }, nil); err == nil {
+			w.Dev, w.Branch, w.Ino, w.Gen = a.Dev, a.Branch, a.Ino, a.Gen
+			a = w
+		}
+	}
 	return a, err
 }
 
@@ -629,6 +637,9 @@ func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, err
 			return nil, syscall.ETXTBSY
 		}
 		f.rd, f.pt, f.ptw = pt, true, true
+		if pt != fs.primary() {
+			f.show = &f.id
+		}
 	}
 	fs.opened(f)
 	return fs.track(f, path), nil

@@ -487,6 +487,12 @@ func TestReplicaWriteWhileReading(t *testing.T) {
 	if _, err := w.WriteAt([]byte("XYZ!"), 8); err != nil {
 		t.Fatal(err)
 	}
+	var st1, st2 unix.Stat_t
+	unix.Fstat(int(w.Fd()), &st1)
+	unix.Fstat(int(rd.Fd()), &st2)
+	if st1.Size != 12 || st1.Ino != st2.Ino {
+		t.Errorf("fstat of the writer: size %d, st_ino %d; of the reader: st_ino %d", st1.Size, st1.Ino, st2.Ino)
+	}
 	w.Close()
 	b := make([]byte, 12)
 	if n, _ := rd.ReadAt(b, 0); string(b[:n]) != "01abc567XYZ!" {

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# bench/replica.sh: the replica layer against null (issue 16), on two ext4
+# file systems on loop devices (direct I/O, no discard), configurations
+# interleaved run by run:
+#
+#   null       null over disk 1 (the seed's Wrapfs)
+#   replica2   replica of disk 1 and disk 2 (round-robin)
+#   replica3   replica of disk 1, disk 2 and a second directory of disk 1
+#
+# Workloads (each on fresh, empty lowers; "cold": unmount, sync, drop
+# caches, mount again):
+#   untar      tar -xf of 8 copies of the GNU grep 3.8 source (~10,000
+#              entries) into the mount, then sync: the write cost
+#   grep       grep -r of that tree, cold: lookups and reads
+#   seqwrite   dd of --size MiB into a new file, conv=fsync
+#   compile    (--compile) tar -xJf, ./configure, make -j2 of GNU grep 3.8
+#   par4       4 parallel cold readers (dd) of 4 files of --size/4 MiB each:
+#              null over disk 1 against replica2 (least-outstanding), which
+#              spreads the four files over the two disks
+#
+# Each figure is the median of --runs runs with its range, and its ratio to
+# null's; the 1-minute load average is printed with each measurement (the
+# machine is shared) and its median at the end.
+#
+# Usage: sudo bench/replica.sh [--runs N] [--size MiB] [--compile] [--out FILE.md]
+set -euo pipefail
+
+RUNS=3 SIZE=512 COMPILE=0 OUT=
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--runs) RUNS=$2; shift 2 ;;
+	--size) SIZE=$2; shift 2 ;;
+	--compile) COMPILE=1; shift ;;
+	--out) OUT=$2; shift 2 ;;
+	-h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	*) echo "replica.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+	esac
+done
+[ "$(id -u)" = 0 ] || { echo "replica.sh: needs root (loop devices, mounts, drop_caches)" >&2; exit 2; }
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+TAR=${CAIRN_BENCH_TARBALL:-$REPO/../shared/bench/grep_3.8.orig.tar.xz}
+[ -f "$TAR" ] || { echo "replica.sh: $TAR not found (set CAIRN_BENCH_TARBALL)" >&2; exit 2; }
+TAG=cairn-replica-$$
+MNT=/tmp/$TAG-mnt
+CAIRN=$REPO/bin/cairn
+(cd "$REPO" && go build -o bin/cairn ./cmd/cairn)
+DIR= IMG= LOOP=
+. "$REPO/bench/lib.sh"
+disk() { # disk N: an ext4 image on a loop device, mounted at D$N
+	local img=/var/tmp/$TAG-$1.img d=/tmp/$TAG-disk$1
+	truncate -s 6G "$img"
+	mkfs.ext4 -q -F -E nodiscard,lazy_itable_init=0,lazy_journal_init=0 "$img"
+	local loop
+	loop=$(losetup -f --show --direct-io=on "$img")
+	mkdir -p "$d"
+	mount -o nodiscard "$loop" "$d"
+	echo "$d $loop $img" >>"/tmp/$TAG.disks"
+	eval "D$1=$d"
+}
+cleanup() {
+	set +e
+	mountpoint -q "$MNT" && { "$CAIRN" umount "$MNT" || umount -l "$MNT"; }
+	rmdir "$MNT" 2>/dev/null
+	if [ -f "/tmp/$TAG.disks" ]; then
+		while read -r d loop img; do umount "$d"; losetup -d "$loop"; rmdir "$d"; rm -f "$img"; done <"/tmp/$TAG.disks"
+		rm -f "/tmp/$TAG.disks"
+	fi
+	rm -rf "/tmp/$TAG-work"
+}
+trap cleanup EXIT
+disk 1
+disk 2
+mkdir -p "$MNT" "/tmp/$TAG-work"
+TREE=/tmp/$TAG-work/tree.tar
+grep_tree "$TAR" "$TREE"
+
+# spec CONFIG: the inline spec of a configuration over fresh lowers.
+spec() {
+	rm -rf "$D1/r" "$D2/r" "$D1/r3"
+	mkdir -p "$D1/r" "$D2/r" "$D1/r3"
+	case $1 in
+	null) echo "null:$D1/r" ;;
+	replica2) echo "replica:$D1/r:$D2/r" ;;
+	replica2lo) echo "replica(policy=least-outstanding):$D1/r:$D2/r" ;;
+	replica3) echo "replica:$D1/r:$D2/r:$D1/r3" ;;
+	esac
+}
+mnt() { "$CAIRN" mount "$1" "$MNT"; }
+umnt() { "$CAIRN" umount "$MNT"; }
+cold() { umnt; sync; echo 3 >/proc/sys/vm/drop_caches; mnt "$1"; }
+now() { date +%s.%N; }
+load() { cut -d' ' -f1 /proc/loadavg; }
+RES=/tmp/$TAG-work/results
+: >"$RES"
+rec() { echo "$1 $2 $3 $4" >>"$RES"; printf '%-9s %-11s run %s: %8.2f   (load %s)\n' "$1" "$2" "$3" "$4" "$(load)" >&2; echo "$(load)" >>"$RES.load"; }
+
+WL="untar grep seqwrite"
+[ "$COMPILE" = 1 ] && WL="$WL compile"
+for run in $(seq 1 "$RUNS"); do
+	for c in null replica2 replica3; do
+		s=$(spec $c)
+		mnt "$s"
+		t0=$(now); tar -xf "$TREE" -C "$MNT"; sync; t1=$(now)
+		rec untar $c "$run" "$(echo "$t1 - $t0" | bc)"
+		cold "$s"
+		t0=$(now); grep -r zzzqqq "$MNT" >/dev/null || true; t1=$(now)
+		rec grep $c "$run" "$(echo "$t1 - $t0" | bc)"
+		t0=$(now); dd if=/dev/zero of="$MNT/big" bs=1M count="$SIZE" conv=fsync status=none; t1=$(now)
+		rec seqwrite $c "$run" "$(echo "$SIZE / ($t1 - $t0)" | bc -l)"
+		if [ "$COMPILE" = 1 ]; then
+			mkdir "$MNT/c"
+			t0=$(now)
+			(cd "$MNT/c" && tar -xJf "$TAR" && cd grep-3.8 && ./configure -q >/dev/null && make -s -j2 >/dev/null 2>&1)
+			t1=$(now)
+			rec compile $c "$run" "$(echo "$t1 - $t0" | bc)"
+		fi
+		umnt
+	done
+done
+
+# par4: four readers, one file each.
+PER=$((SIZE / 4))
+for run in $(seq 1 "$RUNS"); do
+	for c in null replica2lo; do
+		s=$(spec $c)
+		mnt "$s"
+		for i in 1 2 3 4; do dd if=/dev/urandom of="$MNT/f$i" bs=1M count="$PER" status=none; done
+		cold "$s"
+		t0=$(now)
+		for i in 1 2 3 4; do dd if="$MNT/f$i" of=/dev/null bs=1M status=none & done
+		wait
+		t1=$(now)
+		rec par4 $c "$run" "$(echo "$SIZE / ($t1 - $t0)" | bc -l)"
+		umnt
+	done
+done
+
+# The table: median (min..max) and the ratio to null's median.
+python3 - "$RES" "$OUT" <<'PY'
+import sys, statistics as st
+rows = {}
+for line in open(sys.argv[1]):
+    w, c, r, v = line.split()
+    rows.setdefault(w, {}).setdefault(c, []).append(float(v))
+loads = [float(x) for x in open(sys.argv[1] + ".load")]
+unit = {"untar": "s", "grep": "s", "compile": "s", "seqwrite": "MiB/s", "par4": "MiB/s"}
+out = ["| workload | config | median | range | vs null |", "| --- | --- | --- | --- | --- |"]
+for w, cs in rows.items():
+    base = st.median(cs["null"])
+    for c, vs in cs.items():
+        m = st.median(vs)
+        out.append(f"| {w} ({unit[w]}) | {c} | {m:.2f} | {min(vs):.2f}..{max(vs):.2f} | {m / base:.2f}x |")
+out.append("")
+out.append(f"load average (1 min) during the measurements: median {st.median(loads):.1f}, range {min(loads):.1f}..{max(loads):.1f} (2 cores)")
+text = "\n".join(out)
+print(text)
+if sys.argv[2]:
+    open(sys.argv[2], "w").write(text + "\n")
+PY
