@@ -517,3 +517,25 @@ func TestReplicaWriteWhileReading(t *testing.T) {
 		t.Errorf("a new mount finds degraded %b", r2.Degraded())
 	}
 }
+
+// TestReplicaResyncAtMount: with resync = true, a mount brings a degraded
+// replica back before serving.
+func TestReplicaResyncAtMount(t *testing.T) {
+	dirs := lowers(t, 2)
+	f2 := faulty(t, dirs[1])
+	r := build(t, replica.Options{Timeout: 300 * 1e6}, localFS(t, dirs[0]), f2)
+	m := mounttest.Mount(t, r)
+	workload(t, m.Dir, 0)
+	f2.SetRules(fault.Rules{{Errno: syscall.EIO}})
+	workload(t, m.Dir, 1)
+	m.Unmount()
+	r.Close()
+	if r.Degraded() != 0b10 {
+		t.Fatalf("degraded %b", r.Degraded())
+	}
+	r2 := build(t, replica.Options{ResyncAtMount: true}, locals(t, dirs)...)
+	if r2.Degraded() != 0 {
+		t.Errorf("degraded %b after a mount with resync", r2.Degraded())
+	}
+	same(t, dirs...)
+}
