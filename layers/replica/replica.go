@@ -607,6 +607,9 @@ func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, err
 		f.lf[i], f.rd = lf, i
 		if p := fs.primary(); p != i {
 			f.show = &f.id
+			if staleAtime(&a) {
+				fs.touch(ctx, p, path)
+			}
 		}
 		f.pt = pt && i == want && lf.Caps()&layer.CapPassthrough != 0
 		fs.opened(f)
@@ -643,6 +646,24 @@ func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, err
 	}
 	fs.opened(f)
 	return fs.track(f, path), nil
+}
+
+// staleAtime says whether a read would change a's atime under relatime
+// (the default): it is not after the last change, or a day old.
+func staleAtime(a *layer.Attr) bool {
+	after := func(x, y layer.Time) bool { return x.Sec > y.Sec || x.Sec == y.Sec && x.Nsec > y.Nsec }
+	return !after(a.Atime, a.Mtime) || !after(a.Atime, a.Ctime) || time.Now().Unix()-a.Atime.Sec >= 24*3600
+}
+
+// touch changes the atime of path on replica i as a read would (the
+// primary's, whose attributes are shown, when another replica serves the
+// read).
+func (fs *FS) touch(ctx context.Context, i int, path string) {
+	lf, err := do(fs, i, func() (layer.File, error) { return fs.r[i].Open(ctx, path, unix.O_RDONLY) }, release)
+	if err == nil {
+		layer.TouchAtime(ctx, lf)
+		lf.Release(ctx)
+	}
 }
 
 // created is what Create gives on one replica.
