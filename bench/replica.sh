@@ -14,6 +14,12 @@
 #   grep       grep -r of that tree, cold: lookups and reads
 #   seqwrite   dd of --size MiB into a new file, conv=fsync
 #   compile    (--compile) tar -xJf, ./configure, make -j2 of GNU grep 3.8
+#   resync     (--resync) the tree untarred into a replica of disk 1 and
+#              disk 2 (disk 2 under a fault layer); disk 2 then fails (EIO,
+#              switched by SIGHUP) and 1% of the files are changed (a line
+#              appended); unmounted, 'cairn resync', cold, against 'rsync -a'
+#              of the whole tree to an empty directory of disk 2 and against
+#              'rsync -a' onto the stale copy (which compares every file)
 #   par4       4 parallel cold readers (dd) of 4 files of --size/4 MiB each:
 #              null over disk 1 against replica2 (least-outstanding), which
 #              spreads the four files over the two disks
@@ -22,17 +28,20 @@
 # null's; the 1-minute load average is printed with each measurement (the
 # machine is shared) and its median at the end.
 #
-# Usage: sudo bench/replica.sh [--runs N] [--size MiB] [--compile] [--out FILE.md]
+# Usage: sudo bench/replica.sh [--runs N] [--size MiB] [--compile] [--resync] [--only-resync]
+#                             [--out FILE.md]
 set -euo pipefail
 
-RUNS=3 SIZE=512 COMPILE=0 OUT=
+RUNS=3 SIZE=512 COMPILE=0 OUT= RESYNC=0 MAIN=1
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--runs) RUNS=$2; shift 2 ;;
 	--size) SIZE=$2; shift 2 ;;
 	--compile) COMPILE=1; shift ;;
+	--resync) RESYNC=1; shift ;;
+	--only-resync) RESYNC=1 MAIN=0; shift ;;
 	--out) OUT=$2; shift 2 ;;
-	-h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "replica.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -94,6 +103,58 @@ RES=/tmp/$TAG-work/results
 : >"$RES"
 rec() { echo "$1 $2 $3 $4" >>"$RES"; printf '%-9s %-11s run %s: %8.2f   (load %s)\n' "$1" "$2" "$3" "$4" "$(load)" >&2; echo "$(load)" >>"$RES.load"; }
 
+if [ "$RESYNC" = 1 ]; then
+	SP=/tmp/$TAG-work/resync.toml
+	rspec() { # rspec RULES
+		cat >"$SP" <<EOS
+mount = "r"
+[layer.r]
+type = "replica"
+over = ["a", "fb"]
+timeout = "5s"
+[layer.a]
+type = "local"
+path = "$D1/r"
+[layer.fb]
+type = "fault"
+over = "b"
+reload = true
+[layer.b]
+type = "local"
+path = "$D2/r"
+$1
+EOS
+	}
+	for run in $(seq 1 "$RUNS"); do
+		spec null >/dev/null
+		rm -rf "$D2/full"
+		rspec ""
+		"$CAIRN" mount -f "$SP" "$MNT" 2>/dev/null &
+		PID=$!
+		for _ in $(seq 100); do mountpoint -q "$MNT" && break; sleep 0.1; done
+		tar -xf "$TREE" -C "$MNT"
+		rspec $'[[rule]]\nlayer = "fb"\nmatch = "**"\nerrno = "EIO"'
+		kill -HUP $PID; sleep 1
+		n=0 changed=0
+		while read -r f; do
+			n=$((n + 1))
+			if [ $((n % 100)) = 0 ]; then echo "changed" >>"$MNT/$f"; changed=$((changed + 1)); fi
+		done < <(cd "$MNT" && find . -type f | sort)
+		"$CAIRN" umount "$MNT"; wait $PID || true
+		rspec ""
+		sync; echo 3 >/proc/sys/vm/drop_caches
+		t0=$(now); "$CAIRN" resync "$SP" >&2; t1=$(now)
+		rec resync cairn-resync "$run" "$(echo "$t1 - $t0" | bc)"
+		echo "($changed of $n files changed)" >&2
+		sync; echo 3 >/proc/sys/vm/drop_caches
+		t0=$(now); rsync -a --delete "$D1/r/" "$D2/r/"; sync; t1=$(now)
+		rec resync rsync-onto-copy "$run" "$(echo "$t1 - $t0" | bc)"
+		sync; echo 3 >/proc/sys/vm/drop_caches
+		t0=$(now); rsync -a "$D1/r/" "$D2/full/"; sync; t1=$(now)
+		rec resync rsync-whole "$run" "$(echo "$t1 - $t0" | bc)"
+	done
+fi
+[ "$MAIN" = 1 ] || RUNS=0
 WL="untar grep seqwrite"
 [ "$COMPILE" = 1 ] && WL="$WL compile"
 for run in $(seq 1 "$RUNS"); do
@@ -143,10 +204,10 @@ for line in open(sys.argv[1]):
     w, c, r, v = line.split()
     rows.setdefault(w, {}).setdefault(c, []).append(float(v))
 loads = [float(x) for x in open(sys.argv[1] + ".load")]
-unit = {"untar": "s", "grep": "s", "compile": "s", "seqwrite": "MiB/s", "par4": "MiB/s"}
-out = ["| workload | config | median | range | vs null |", "| --- | --- | --- | --- | --- |"]
+unit = {"resync": "s", "untar": "s", "grep": "s", "compile": "s", "seqwrite": "MiB/s", "par4": "MiB/s"}
+out = ["| workload | config | median | range | vs null (resync: vs rsync of the whole tree) |", "| --- | --- | --- | --- | --- |"]
 for w, cs in rows.items():
-    base = st.median(cs["null"])
+    base = st.median(cs.get("null") or cs.get("rsync-whole") or next(iter(cs.values())))
     for c, vs in cs.items():
         m = st.median(vs)
         out.append(f"| {w} ({unit[w]}) | {c} | {m:.2f} | {min(vs):.2f}..{max(vs):.2f} | {m / base:.2f}x |")
