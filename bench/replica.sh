@@ -6,6 +6,8 @@
 #   null       null over disk 1 (the seed's Wrapfs)
 #   replica2   replica of disk 1 and disk 2 (round-robin)
 #   replica3   replica of disk 1, disk 2 and a second directory of disk 1
+#   replica2first  replica2 with policy = "first" (reads from disk 1 only)
+#   (--configs a,b chooses among them, and leaves par4 out)
 #
 # Workloads (each on fresh, empty lowers; "cold": unmount, sync, drop
 # caches, mount again):
@@ -29,19 +31,20 @@
 # machine is shared) and its median at the end.
 #
 # Usage: sudo bench/replica.sh [--runs N] [--size MiB] [--compile] [--resync] [--only-resync]
-#                             [--out FILE.md]
+#                             [--configs a,b] [--out FILE.md]
 set -euo pipefail
 
-RUNS=3 SIZE=512 COMPILE=0 OUT= RESYNC=0 MAIN=1
+RUNS=3 SIZE=512 COMPILE=0 OUT= RESYNC=0 MAIN=1 CONFIGS="null replica2 replica3" PAR=1
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--runs) RUNS=$2; shift 2 ;;
 	--size) SIZE=$2; shift 2 ;;
 	--compile) COMPILE=1; shift ;;
 	--resync) RESYNC=1; shift ;;
+	--configs) CONFIGS=$(echo "$2" | tr , ' '); PAR=0; shift 2 ;;
 	--only-resync) RESYNC=1 MAIN=0; shift ;;
 	--out) OUT=$2; shift 2 ;;
-	-h|--help) sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,41p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "replica.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -91,6 +94,7 @@ spec() {
 	null) echo "null:$D1/r" ;;
 	replica2) echo "replica:$D1/r:$D2/r" ;;
 	replica2lo) echo "replica(policy=least-outstanding):$D1/r:$D2/r" ;;
+	replica2first) echo "replica(policy=first):$D1/r:$D2/r" ;;
 	replica3) echo "replica:$D1/r:$D2/r:$D1/r3" ;;
 	esac
 }
@@ -158,7 +162,7 @@ fi
 WL="untar grep seqwrite"
 [ "$COMPILE" = 1 ] && WL="$WL compile"
 for run in $(seq 1 "$RUNS"); do
-	for c in null replica2 replica3; do
+	for c in $CONFIGS; do
 		s=$(spec $c)
 		mnt "$s"
 		t0=$(now); tar -xf "$TREE" -C "$MNT"; sync; t1=$(now)
@@ -181,6 +185,7 @@ done
 
 # par4: four readers, one file each.
 PER=$((SIZE / 4))
+[ "$PAR" = 1 ] || RUNS=0
 for run in $(seq 1 "$RUNS"); do
 	for c in null replica2lo; do
 		s=$(spec $c)
