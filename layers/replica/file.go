@@ -122,7 +122,7 @@ func read[T any](ctx context.Context, f *file, op string, fn func(lf layer.File)
 			var zero T
 			return zero, i, err
 		}
-		v, err := do(f.fs, i, func() (T, error) { return fn(lf) }, nil)
+		v, err := inline(f.fs, i, op, *f.path.Load(), func() (T, error) { return fn(lf) })
 		if !failure(err) || !f.fs.degrade(i, op, *f.path.Load(), err) {
 			return v, i, err
 		}
@@ -191,7 +191,7 @@ func (f *file) attrs(a *layer.Attr, i int) {
 func (f *file) Getattr(ctx context.Context) (layer.Attr, error) {
 	if o := f.open(); len(o) > 1 && !f.ptw {
 		lf := f.get(o[0])
-		a, err := do(f.fs, o[0], func() (layer.Attr, error) { return lf.Getattr(ctx) }, nil)
+		a, err := inline(f.fs, o[0], "fgetattr", *f.path.Load(), func() (layer.Attr, error) { return lf.Getattr(ctx) })
 		if !failure(err) || !f.fs.degrade(o[0], "fgetattr", *f.path.Load(), err) {
 			f.attrs(&a, o[0])
 			return a, err

@@ -101,6 +101,8 @@ type FS struct {
 	ptwN   int                // files passed through to write
 	idMu   [64]sync.Mutex     // opens of one object, one at a time
 	unlock func()             // releases Claim's locks
+	watch  []watch            // calls in flight by replica, for the watchdog
+	stop   chan struct{}      // stops the watchdog
 }
 
 // New builds a replica layer over lowers. It checks nothing on the
@@ -129,6 +131,14 @@ func New(lowers []layer.FS, o Options) (*FS, error) {
 	for _, l := range lowers {
 		fs.meta = append(fs.meta, layer.NewMeta(l, "replica"))
 	}
+	fs.watch = make([]watch, len(lowers))
+	for i := range fs.watch {
+		fs.watch[i].calls = map[*flight]struct{}{}
+	}
+	if o.Timeout > 0 {
+		fs.stop = make(chan struct{})
+		go fs.watchdog(fs.stop)
+	}
 	return fs, nil
 }
 
@@ -141,6 +151,10 @@ func (fs *FS) Changes() layer.Changes { return layer.ChangesPlacement }
 func (fs *FS) Close() error {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	if fs.stop != nil {
+		close(fs.stop)
+		fs.stop = nil
+	}
 	if fs.unlock != nil {
 		fs.unlock()
 		fs.unlock = nil
@@ -233,7 +247,9 @@ func popcount(x uint32) int {
 
 // do runs fn for replica i, counting it in flight, and gives up on it
 // after the timeout: fn then finishes on its own, and drop (if not nil) is
-// given what it made, which no one else will see.
+// given what it made, which no one else will see. It costs a goroutine per
+// call: changes, which run on every replica at once anyway, use it (see
+// all); reads use inline.
 func do[T any](fs *FS, i int, fn func() (T, error), drop func(T)) (T, error) {
 	fs.outstanding[i].Add(1)
 	if fs.o.Timeout <= 0 {
@@ -263,6 +279,76 @@ func do[T any](fs *FS, i int, fn func() (T, error), drop func(T)) (T, error) {
 		}()
 		var zero T
 		return zero, errTimeout
+	}
+}
+
+// inline runs fn for replica i in the caller's goroutine, counting it in
+// flight where the watchdog sees it: a call that takes longer than the
+// timeout has its replica degraded, so that no new request goes there, and
+// the call's own error (when the lower answers at last) fails over. A read
+// stuck in a lower that never answers stays stuck (as on that lower); the
+// goroutine handoff that would let it go costs more than a lookup.
+func inline[T any](fs *FS, i int, op, path string, fn func() (T, error)) (T, error) {
+	fs.outstanding[i].Add(1)
+	defer fs.outstanding[i].Add(-1)
+	if fs.o.Timeout <= 0 {
+		return fn()
+	}
+	fl := &flight{op: op, path: path, start: time.Now()}
+	w := &fs.watch[i]
+	w.mu.Lock()
+	w.calls[fl] = struct{}{}
+	w.mu.Unlock()
+	v, err := fn()
+	w.mu.Lock()
+	delete(w.calls, fl)
+	w.mu.Unlock()
+	if err == nil && fl.late.Load() {
+		// It answered after its replica was taken as failed: the answer
+		// stands (the replica is degraded all the same).
+		return v, nil
+	}
+	return v, err
+}
+
+// flight is a call in flight on a replica, for the watchdog.
+type flight struct {
+	op, path string
+	start    time.Time
+	late     atomic.Bool
+}
+
+type watch struct {
+	mu    sync.Mutex
+	calls map[*flight]struct{}
+}
+
+// watchdog degrades a replica with a call in flight for longer than the
+// timeout.
+func (fs *FS) watchdog(stop chan struct{}) {
+	tick := time.NewTicker(min(max(fs.o.Timeout/4, 10*time.Millisecond), time.Second))
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-tick.C:
+			for i := range fs.watch {
+				w := &fs.watch[i]
+				var stuck *flight
+				w.mu.Lock()
+				for fl := range w.calls {
+					if now.Sub(fl.start) > fs.o.Timeout {
+						fl.late.Store(true)
+						stuck = fl
+					}
+				}
+				w.mu.Unlock()
+				if stuck != nil && fs.Healthy(i) {
+					fs.degrade(i, stuck.op, stuck.path, errTimeout)
+				}
+			}
+		}
 	}
 }
 
@@ -300,7 +386,7 @@ func (fs *FS) pick() int {
 // replica that answered.
 func one[T any](fs *FS, i int, op, path string, fn func(i int) (T, error), drop func(T)) (T, int, error) {
 	for {
-		v, err := do(fs, i, func() (T, error) { return fn(i) }, drop)
+		v, err := inline(fs, i, op, path, func() (T, error) { return fn(i) })
 		if !failure(err) || !fs.degrade(i, op, path, err) {
 			return v, i, err
 		}
@@ -316,10 +402,55 @@ func all[T any](fs *FS, op, path string, fn func(i int) (T, error), drop func(T)
 	h := fs.healthy()
 	vals = make([]T, len(fs.r))
 	errs := make([]error, len(h))
-	fanout.Each(len(h), len(h) > 1, func(k int) error {
-		vals[h[k]], errs[k] = do(fs, h[k], func() (T, error) { return fn(h[k]) }, drop)
-		return nil
-	})
+	if len(h) == 1 {
+		vals[h[0]], errs[0] = inline(fs, h[0], op, path, func() (T, error) { return fn(h[0]) })
+	} else {
+		type result struct {
+			k   int
+			v   T
+			err error
+		}
+		ch := make(chan result, len(h))
+		for k, i := range h {
+			fs.outstanding[i].Add(1)
+			go func() {
+				defer fs.outstanding[i].Add(-1)
+				v, err := fn(i)
+				ch <- result{k, v, err}
+			}()
+		}
+		var expire <-chan time.Time
+		if fs.o.Timeout > 0 {
+			t := time.NewTimer(fs.o.Timeout)
+			defer t.Stop()
+			expire = t.C
+		}
+		answered := make([]bool, len(h))
+	wait:
+		for n := 0; n < len(h); n++ {
+			select {
+			case r := <-ch:
+				vals[h[r.k]], errs[r.k], answered[r.k] = r.v, r.err, true
+			case <-expire:
+				late := 0
+				for k := range h {
+					if !answered[k] {
+						errs[k] = errTimeout
+						late++
+					}
+				}
+				// What the late ones make, when they answer, no one sees.
+				go func() {
+					for range late {
+						if r := <-ch; r.err == nil && drop != nil {
+							drop(r.v)
+						}
+					}
+				}()
+				break wait
+			}
+		}
+	}
 	l := -1
 	for k, e := range errs {
 		if !failure(e) {
@@ -359,7 +490,7 @@ func (fs *FS) Getattr(ctx context.Context, path string) (layer.Attr, error) {
 	if pt := fs.writing(path); err == nil && pt >= 0 && pt != i {
 		// The kernel writes replica pt's file alone (opens.go): its size
 		// and times are the file's; the identity stays the primary's.
-		if w, err := do(fs, pt, func() (layer.Attr, error) { return fs.r[pt].Getattr(ctx, path) }, nil); err == nil {
+		if w, err := inline(fs, pt, "getattr", path, func() (layer.Attr, error) { return fs.r[pt].Getattr(ctx, path) }); err == nil {
 			w.Dev, w.Branch, w.Ino, w.Gen = a.Dev, a.Branch, a.Ino, a.Gen
 			a = w
 		}
@@ -659,7 +790,7 @@ func staleAtime(a *layer.Attr) bool {
 // primary's, whose attributes are shown, when another replica serves the
 // read).
 func (fs *FS) touch(ctx context.Context, i int, path string) {
-	lf, err := do(fs, i, func() (layer.File, error) { return fs.r[i].Open(ctx, path, unix.O_RDONLY) }, release)
+	lf, err := inline(fs, i, "open", path, func() (layer.File, error) { return fs.r[i].Open(ctx, path, unix.O_RDONLY) })
 	if err == nil {
 		layer.TouchAtime(ctx, lf)
 		lf.Release(ctx)
