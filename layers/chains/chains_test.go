@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"cairn/fusefs"
+	"cairn/internal/fsx"
 	"cairn/internal/mounttest"
 	"cairn/layer"
 	"cairn/layers/chains"
@@ -383,4 +386,42 @@ func TestPassthroughPerFile(t *testing.T) {
 	if r := reads("u.txt"); r != 0 {
 		t.Errorf("after the pop: %d reads reached the stack", r)
 	}
+}
+
+// TestModel: the fsx model over a chains mount whose files get chains of
+// none, one and several links from the rules (and keep them through the
+// model's renames), and random pushes and pops between their opens.
+func TestModel(t *testing.T) {
+	d, cdir := t.TempDir(), cryptDir(t)
+	fs := stack(t, d, cdir, "fsx-1=zstd;fsx-2=lz4,crypt;fsx-3=copy,uuencode,gzip", nil)
+	m := mounttest.Mount(t, fs)
+	choices := []string{"", "zstd", "crypt", "gzip,crypt", "copy,zstd,lz4", "uuencode"}
+	pushes := 0
+	ops := 4000
+	if os.Getenv("CAIRN_LONG") == "1" {
+		ops = 40000
+	}
+	fsx.Run(t, fsx.Config{Dir: m.Dir, Files: 4, Ops: ops, MaxSize: 512 << 10, MaxLen: 32 << 10,
+		Between: func(p string, r *rand.Rand) (string, error) {
+			c := choices[r.IntN(len(choices))]
+			pushes++
+			if c == "" && r.IntN(2) == 0 {
+				err := unix.Removexattr(p, chains.XattrName)
+				if err == unix.ENODATA {
+					err = nil
+				}
+				return "removexattr", err
+			}
+			if err := setChain(p, c); err != nil {
+				return "setfattr " + c, err
+			}
+			if got := getChain(t, p); got != c {
+				return "setfattr " + c, fmt.Errorf("the chain is %q", got)
+			}
+			return "setfattr " + c, nil
+		}})
+	if pushes == 0 {
+		t.Errorf("no push or pop was made")
+	}
+	t.Logf("%d pushes and pops", pushes)
 }
