@@ -65,6 +65,7 @@ type FS struct {
 	writers map[layer.ID]int
 	wcond   *sync.Cond
 	conv    sync.Mutex // one conversion at a time
+	release func()     // lets go of the claim on the lower (Claim)
 }
 
 // chain is a built chain: ts[0] is the top transform; ts[i] stores its
@@ -122,6 +123,10 @@ func (fs *FS) Close() error {
 				first = err
 			}
 		}
+	}
+	if fs.release != nil {
+		fs.release()
+		fs.release = nil
 	}
 	return first
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ func TestCrashDuringConversion(t *testing.T) {
 	os.WriteFile(pf, []byte(pass+"\n"), 0o600)
 	spec := fmt.Sprintf("mount = \"top\"\n[layer.base]\ntype = \"local\"\npath = %q\n[layer.top]\ntype = \"chains\"\nover = \"base\"\ncrypt_dir = %q\npassfile = %q\n", d, cdir, pf)
 	p := mounttest.MountSpec(t, spec)
+	specFile := filepath.Join(filepath.Dir(p.Dir), "spec.toml")
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 1))
@@ -66,7 +68,21 @@ func TestCrashDuringConversion(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() { done <- setChain(p.Path("f"), next) }()
-		time.Sleep(time.Duration(r.Int64N(int64(span) * 13 / 10)))
+		if round%2 == 0 {
+			// Kill during the conversion: once its new file has data.
+			deadline := time.Now().Add(10 * time.Second)
+			for time.Now().Before(deadline) && len(done) == 0 {
+				ents, _ := os.ReadDir(filepath.Join(d, chains.TmpDir))
+				if len(ents) > 0 {
+					if fi, err := ents[0].Info(); err == nil && fi.Size() > int64(r.IntN(1<<20)) {
+						break
+					}
+				}
+				time.Sleep(time.Millisecond)
+			}
+		} else {
+			time.Sleep(time.Duration(r.Int64N(int64(span) * 13 / 10)))
+		}
 		var returned error = unix.EINTR // not yet
 		select {
 		case err := <-done:
@@ -76,6 +92,11 @@ func TestCrashDuringConversion(t *testing.T) {
 		p.Kill()
 		if returned == unix.EINTR {
 			<-done
+		}
+		// fsck of the crashed lower: every guarded file reads back; an
+		// unfinished conversion is repaired (removed).
+		if out, err := exec.Command(mounttest.Binary(t), "fsck", "--repair", specFile).CombinedOutput(); err != nil {
+			t.Fatalf("round %d: fsck --repair after the crash: %v\n%s", round, err, out)
 		}
 		p.Restart()
 		got := getChain(t, p.Path("f"))
@@ -94,5 +115,11 @@ func TestCrashDuringConversion(t *testing.T) {
 		}
 		t.Logf("round %d: %q -> %q: %q (returned: %v)", round, cur, next, got, returned)
 		cur = got
+	}
+	p.Unmount()
+	if out, err := exec.Command(mounttest.Binary(t), "fsck", specFile).CombinedOutput(); err != nil {
+		t.Fatalf("fsck: %v\n%s", err, out)
+	} else {
+		t.Logf("fsck: %s", out)
 	}
 }
