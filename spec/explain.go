@@ -101,7 +101,7 @@ func (s *Spec) dataChangers(name string) []string {
 // has no layer that changes data: its files can be passed through.
 func (s *Spec) clearPath(name string) bool {
 	l := s.Layers[name]
-	if l == nil || l.t == nil || l.t.Changes&layer.ChangesData != 0 {
+	if l == nil || l.t == nil || l.t.Changes&layer.ChangesData != 0 && !l.t.PerFile {
 		return false
 	}
 	if len(l.Over) == 0 {

@@ -17,6 +17,7 @@ func init() {
 		Summary:   "per-file chains of transformations (MonA): rules give new files a chain of codec and crypt links, recorded with the file; user.cairn.chain shows, pushes and pops it; files without one pass through",
 		MinLowers: 1, MaxLowers: 1,
 		Changes: layer.ChangesData | layer.ChangesAttrs,
+		PerFile: true,
 		Lacks:   layer.FSTmpfile,
 		Options: []registry.Option{
 			{Name: "crypt_dir", Kind: registry.Dir, Help: "a directory holding a crypt volume's configuration (" + crypt.ConfigName + ", made by 'cairn init' of a crypt layer over it): the key of crypt links (without it, a crypt link gives EACCES)"},
