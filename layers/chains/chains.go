@@ -65,6 +65,7 @@ type FS struct {
 	writers map[layer.ID]int
 	wcond   *sync.Cond
 	conv    sync.Mutex // one conversion at a time
+	sizes   linkSizes  // the presented sizes of transformation links
 	release func()     // lets go of the claim on the lower (Claim)
 }
 
@@ -259,24 +260,39 @@ func (fs *FS) forget(ctx context.Context, id layer.ID) {
 	}
 }
 
-// record returns the recorded chain of the object at p (nil: unguarded).
-// A record this build cannot follow is an error naming what it lacks.
-func (fs *FS) record(ctx context.Context, p string) ([]string, error) {
+// readRecord returns the record of the object at p: a chain (nil:
+// unguarded), or a transformation link (links.go). A record this build
+// cannot follow is an error naming what it lacks.
+func (fs *FS) readRecord(ctx context.Context, p string) ([]string, *link, error) {
 	v, err := fs.Meta.Get(ctx, p, metaKey)
 	switch {
 	case err == syscall.ENODATA || err == syscall.EOPNOTSUPP || err == syscall.EPERM:
-		return nil, nil
+		return nil, nil, nil
 	case err != nil:
-		return nil, err
+		return nil, nil, err
+	}
+	if body, ok := strings.CutPrefix(string(v), linkVersion+":"); ok {
+		l, err := parseLink(body)
+		if err != nil {
+			return nil, nil, fmt.Errorf("chains: /%s: link record: %w", p, err)
+		}
+		return nil, l, nil
 	}
 	names, err := parseRecord(v)
 	if err != nil {
-		return nil, fmt.Errorf("chains: /%s: %w", p, err)
+		return nil, nil, fmt.Errorf("chains: /%s: %w", p, err)
 	}
 	if err := checkNames(names, false); err != nil {
-		return nil, fmt.Errorf("chains: /%s: recorded chain %q: %w", p, strings.Join(names, ","), err)
+		return nil, nil, fmt.Errorf("chains: /%s: recorded chain %q: %w", p, strings.Join(names, ","), err)
 	}
-	return names, nil
+	return names, nil, nil
+}
+
+// record returns the recorded chain of the object at p (nil: unguarded,
+// or a link, which has no chain of its own).
+func (fs *FS) record(ctx context.Context, p string) ([]string, error) {
+	names, _, err := fs.readRecord(ctx, p)
+	return names, err
 }
 
 // chainAt is the built chain of the regular file at p (nil: unguarded).
@@ -328,9 +344,17 @@ func (fs *FS) stat(ctx context.Context, p string, a *layer.Attr) {
 	if !a.IsRegular() {
 		return
 	}
-	c, err := fs.chainAt(ctx, p)
-	if err != nil || c == nil {
+	names, l, err := fs.readRecord(ctx, p)
+	if err != nil || (names == nil && l == nil) {
 		return // the lower's bytes; opening says what is wrong
+	}
+	if l != nil {
+		fs.statLink(ctx, p, l, a)
+		return
+	}
+	c, err := fs.chainOf(names)
+	if err != nil {
+		return
 	}
 	if err := c.stat(ctx, p, a); err != nil {
 		fs.log.Warn("chains: cannot size the file", "path", p, "err", err)
@@ -381,7 +405,14 @@ func (fs *FS) Open(ctx context.Context, p string, flags int) (layer.File, error)
 	if fs.reserved(p) {
 		return nil, syscall.ENOENT
 	}
-	c, err := fs.chainAt(ctx, p)
+	names, l, err := fs.readRecord(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if l != nil {
+		return fs.openLink(ctx, p, l, flags)
+	}
+	c, err := fs.chainOf(names)
 	if err != nil {
 		return nil, err
 	}
@@ -447,7 +478,14 @@ func (fs *FS) Setattr(ctx context.Context, p string, in *layer.SetAttr) (layer.A
 			return a, err
 		}
 		if a.IsRegular() {
-			c, err := fs.chainAt(ctx, p)
+			names, l, err := fs.readRecord(ctx, p)
+			if err != nil {
+				return layer.Attr{}, err
+			}
+			if l != nil && in.Valid&layer.SetSize != 0 {
+				return layer.Attr{}, syscall.EROFS
+			}
+			c, err := fs.chainOf(names)
 			if err != nil {
 				return layer.Attr{}, err
 			}
@@ -564,6 +602,14 @@ func (fs *FS) SetFlags(ctx context.Context, p string, flags uint32) error {
 // Setxattr of a file capability settles a guarded file's open files first
 // (see layer.Transformed.Setxattr); user.cairn.chain converts the file.
 func (fs *FS) Setxattr(ctx context.Context, p, name string, value []byte, flags int) error {
+	if name == LinkXattr {
+		l, err := parseLink(string(value))
+		if err != nil {
+			fs.log.Warn("chains: refused link", "path", p, "value", string(value), "err", err)
+			return syscall.EINVAL
+		}
+		return fs.setLink(ctx, p, l)
+	}
 	if name == XattrName {
 		names, err := parseNames(string(value))
 		if err == nil {
@@ -593,17 +639,23 @@ func (fs *FS) Setxattr(ctx context.Context, p, name string, value []byte, flags 
 }
 
 func (fs *FS) Getxattr(ctx context.Context, p, name string, dest []byte) (int, error) {
-	if name != XattrName {
+	if name != XattrName && name != LinkXattr {
 		return fs.MetaBase.Getxattr(ctx, p, name, dest)
 	}
-	names, err := fs.record(ctx, p)
+	names, l, err := fs.readRecord(ctx, p)
 	if err != nil {
 		return 0, err
 	}
-	if names == nil {
+	v := strings.Join(names, ",")
+	if name == LinkXattr {
+		v = ""
+		if l != nil {
+			v = l.String()
+		}
+	}
+	if v == "" {
 		return 0, syscall.ENODATA
 	}
-	v := strings.Join(names, ",")
 	if len(dest) == 0 {
 		return len(v), nil
 	}
@@ -614,6 +666,9 @@ func (fs *FS) Getxattr(ctx context.Context, p, name string, dest []byte) (int, e
 }
 
 func (fs *FS) Removexattr(ctx context.Context, p, name string) error {
+	if name == LinkXattr {
+		return fs.setLink(ctx, p, nil)
+	}
 	if name != XattrName {
 		return fs.MetaBase.Removexattr(ctx, p, name)
 	}
@@ -726,9 +781,12 @@ func (fs *FS) convert(ctx context.Context, p string, names []string) error {
 		fs.log.Warn("chains: cannot convert a file with hard links", "path", p)
 		return syscall.EMLINK
 	}
-	oldNames, err := fs.record(ctx, p)
+	oldNames, l, err := fs.readRecord(ctx, p)
 	if err != nil {
 		return err
+	}
+	if l != nil {
+		return syscall.EPERM // a link has no chain; remove the link first
 	}
 	if strings.Join(oldNames, ",") == strings.Join(names, ",") {
 		return nil

@@ -2,9 +2,11 @@ package chains_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -424,4 +426,98 @@ func TestModel(t *testing.T) {
 		t.Errorf("no push or pop was made")
 	}
 	t.Logf("%d pushes and pops", pushes)
+}
+
+// TestLinks: a transformation link is an empty file that presents a
+// target's bytes through views: report.txt.gz reads as the gzip encoding
+// of report.txt (and follows it when it changes), v.raw as the stored
+// (encrypted) bytes of a guarded file. Links are read-only; bad links are
+// refused.
+func TestLinks(t *testing.T) {
+	d, cdir := t.TempDir(), cryptDir(t)
+	m := mounttest.Mount(t, stack(t, d, cdir, "secret/**=zstd,crypt", nil))
+	os.Mkdir(m.Path("secret"), 0o755)
+	report := data(100000)
+	os.WriteFile(m.Path("report.txt"), report, 0o644)
+	os.WriteFile(m.Path("secret", "v.txt"), report[:5000], 0o644)
+	mk := func(p, v string) error {
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			return err
+		}
+		return unix.Setxattr(p, chains.LinkXattr, []byte(v), 0)
+	}
+	gunzip := func(b []byte) []byte {
+		t.Helper()
+		z, err := gzip.NewReader(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := io.ReadAll(z)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if err := mk(m.Path("report.txt.gz"), "report.txt:gzip"); err != nil {
+		t.Fatal(err)
+	}
+	gz, err := os.ReadFile(m.Path("report.txt.gz"))
+	if err != nil || !bytes.Equal(gunzip(gz), report) {
+		t.Fatalf("report.txt.gz: %d bytes, %v", len(gz), err)
+	}
+	if st, _ := os.Stat(m.Path("report.txt.gz")); st.Size() != int64(len(gz)) {
+		t.Errorf("stat of the link: %d, read %d", st.Size(), len(gz))
+	}
+	buf := make([]byte, 64)
+	if n, err := unix.Getxattr(m.Path("report.txt.gz"), chains.LinkXattr, buf); err != nil || string(buf[:n]) != "report.txt:gzip" {
+		t.Errorf("getfattr user.cairn.link: %q %v", buf[:n], err)
+	}
+	// The target changes: a new open shows the new view.
+	report = append(report, "more"...)
+	os.WriteFile(m.Path("report.txt"), report, 0o644)
+	if gz, err := os.ReadFile(m.Path("report.txt.gz")); err != nil || !bytes.Equal(gunzip(gz), report) {
+		t.Errorf("after the target changed: %v", err)
+	}
+	if err := os.WriteFile(m.Path("report.txt.gz"), []byte("x"), 0o644); !errors.Is(err, unix.EROFS) {
+		t.Errorf("writing a link: %v, want EROFS", err)
+	}
+	// The stored bytes of an encrypted file, and their gzip.
+	if err := mk(m.Path("v.raw"), "secret/v.txt:stored"); err != nil {
+		t.Fatal(err)
+	}
+	stored, _ := os.ReadFile(filepath.Join(d, "secret", "v.txt"))
+	if got, err := os.ReadFile(m.Path("v.raw")); err != nil || !bytes.Equal(got, stored) || !bytes.HasPrefix(got, []byte("cairnc")) {
+		t.Errorf("v.raw: %d bytes, %v; want the %d stored bytes", len(got), err, len(stored))
+	}
+	if err := mk(m.Path("secret", "v.raw.gz"), "v.txt:stored,gzip"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(m.Path("secret", "v.raw.gz")); err != nil || !bytes.Equal(gunzip(got), stored) {
+		t.Errorf("v.raw.gz: %v", err)
+	}
+	// Bad links.
+	for v, want := range map[string]error{"report.txt:nope": unix.EINVAL, "report.txt:gzip,stored": unix.EINVAL, "../../etc/passwd:gzip": unix.EINVAL, "nocolon": unix.EINVAL} {
+		if err := mk(m.Path("bad"), v); !errors.Is(err, want) {
+			t.Errorf("link %q: %v, want %v", v, err, want)
+		}
+	}
+	if err := unix.Setxattr(m.Path("report.txt"), chains.LinkXattr, []byte("x:gzip"), 0); err != unix.ENOTEMPTY {
+		t.Errorf("a link on a file with data: %v, want ENOTEMPTY", err)
+	}
+	if err := mk(m.Path("loop.gz"), "report.txt.gz:gzip"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.ReadFile(m.Path("loop.gz")); !errors.Is(err, unix.ELOOP) {
+		t.Errorf("a link to a link: %v, want ELOOP", err)
+	}
+	if err := setChain(m.Path("report.txt.gz"), "zstd"); err != unix.EPERM {
+		t.Errorf("a chain on a link: %v, want EPERM", err)
+	}
+	// Removing the link leaves the empty file.
+	if err := unix.Removexattr(m.Path("report.txt.gz"), chains.LinkXattr); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(m.Path("report.txt.gz")); err != nil || len(b) != 0 {
+		t.Errorf("after removing the link: %d bytes, %v", len(b), err)
+	}
 }

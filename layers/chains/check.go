@@ -66,8 +66,15 @@ func (fs *FS) Fsck(ctx context.Context, mode layer.CheckMode, progress func(done
 	guarded := 0
 	for i, p := range files {
 		progress(i, len(files), p)
-		names, err := fs.record(ctx, p)
+		names, l, err := fs.readRecord(ctx, p)
 		if err == nil && names == nil {
+			if l != nil {
+				if t, rerr := l.resolve(p); rerr == nil {
+					if _, gerr := fs.Lower.Getattr(ctx, t); gerr != nil {
+						report(layer.FileReport{Path: p, OK: true, Text: fmt.Sprintf("/%s: a link to %s, which is missing (%v)", p, t, gerr)})
+					}
+				}
+			}
 			continue
 		}
 		guarded++
