@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -256,6 +257,11 @@ func TestPushPop(t *testing.T) {
 		buf := make([]byte, 16)
 		if n, err := unix.Getxattr(f, "user.note", buf); err != nil || string(buf[:n]) != "kept" {
 			t.Errorf("after %q: user.note %q %v", c, buf[:n], err)
+		}
+		// The kernel sees the new inode at once (the frontend dropped
+		// its entry for the name).
+		if lst, err := os.Stat(filepath.Join(d, "f")); err != nil || st.Sys().(*syscall.Stat_t).Ino != lst.Sys().(*syscall.Stat_t).Ino {
+			t.Errorf("after %q: st_ino %d, the lower's %v (%v)", c, st.Sys().(*syscall.Stat_t).Ino, lst, err)
 		}
 		stored, _ := os.ReadFile(filepath.Join(d, "f"))
 		if (wantC == "") != bytes.Equal(stored, want) {
