@@ -433,19 +433,19 @@ func (fs *FS) Create(ctx context.Context, p string, flags int, mode uint32) (lay
 		return nil, layer.Attr{}, syscall.EPERM
 	}
 	names := fs.ruleChain(p)
-	if names == nil {
-		f, a, err := fs.Lower.Create(ctx, p, flags, mode)
-		if err != nil {
-			return nil, a, err
-		}
-		return fs.wrap(ctx, f, flags), a, nil
-	}
 	c, err := fs.chainOf(names)
 	if err != nil {
 		return nil, layer.Attr{}, err
 	}
-	// O_EXCL: an existing file keeps its own chain (opened below).
-	f, a, err := c.ts[0].Create(ctx, p, p, flags|unix.O_EXCL, mode)
+	// O_EXCL: an existing file keeps its own chain (or link), and is
+	// opened as such below, never written as the rule would store it.
+	var f layer.File
+	var a layer.Attr
+	if c == nil {
+		f, a, err = fs.Lower.Create(ctx, p, flags|unix.O_EXCL, mode)
+	} else {
+		f, a, err = c.ts[0].Create(ctx, p, p, flags|unix.O_EXCL, mode)
+	}
 	if err == syscall.EEXIST && flags&unix.O_EXCL == 0 {
 		f, err := fs.Open(ctx, p, flags&^unix.O_CREAT)
 		if err != nil {
@@ -460,6 +460,9 @@ func (fs *FS) Create(ctx context.Context, p string, flags int, mode uint32) (lay
 	}
 	if err != nil {
 		return nil, a, err
+	}
+	if c == nil {
+		return fs.wrap(ctx, f, flags), a, nil
 	}
 	// The record before the application can write a byte: a crash in
 	// between leaves an empty unguarded file.

@@ -572,3 +572,34 @@ func TestFsck(t *testing.T) {
 		t.Errorf("the leftover conversion is still there: %v", err)
 	}
 }
+
+// TestCreateExisting: a create without O_EXCL that finds a file (a
+// negative dentry the kernel kept, another process's create) opens the
+// file with its own chain, whatever the rules would give a new one.
+func TestCreateExisting(t *testing.T) {
+	ctx := context.Background()
+	fs := stack(t, t.TempDir(), "", "*.log=zstd", nil)
+	if err := layer.WriteFile(ctx, fs, "a.log", data(5000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Rename(ctx, "a.log", "a.txt", 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"a.txt"} {
+		f, _, err := fs.Create(ctx, p, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(ctx, []byte("new bytes"), 0); err != nil {
+			t.Fatal(err)
+		}
+		f.Release(ctx)
+		if got, err := layer.ReadFile(ctx, fs, p); err != nil || string(got) != "new bytes" {
+			t.Fatalf("%s: %q, %v", p, got, err)
+		}
+		buf := make([]byte, 32)
+		if n, err := fs.Getxattr(ctx, p, chains.XattrName, buf); err != nil || string(buf[:n]) != "zstd" {
+			t.Fatalf("%s: chain %q, %v", p, buf[:n], err)
+		}
+	}
+}
