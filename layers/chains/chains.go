@@ -533,6 +533,14 @@ func (fs *FS) Mknod(ctx context.Context, p string, mode uint32, rdev uint64) (la
 	if fs.reserved(p) {
 		return layer.Attr{}, syscall.EPERM
 	}
+	if t := mode & unix.S_IFMT; (t == unix.S_IFREG || t == 0) && fs.ruleChain(p) != nil {
+		// A regular file gets its rule's chain however it is made.
+		f, a, err := fs.Create(ctx, p, unix.O_WRONLY|unix.O_EXCL, mode&^unix.S_IFMT)
+		if err != nil {
+			return a, err
+		}
+		return a, f.Release(ctx)
+	}
 	return fs.Lower.Mknod(ctx, p, mode, rdev)
 }
 

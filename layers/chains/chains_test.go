@@ -585,7 +585,17 @@ func TestCreateExisting(t *testing.T) {
 	if err := fs.Rename(ctx, "a.log", "a.txt", 0); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{"a.txt"} {
+	// mknod(2) of a regular file gets the rule's chain too.
+	if _, err := fs.Mknod(ctx, "m.log", unix.S_IFREG|0o644, 0); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := fs.Open(ctx, "m.log", unix.O_WRONLY); err != nil {
+		t.Fatal(err)
+	} else {
+		f.WriteAt(ctx, []byte("new bytes"), 0)
+		f.Release(ctx)
+	}
+	for _, p := range []string{"a.txt", "m.log"} {
 		f, _, err := fs.Create(ctx, p, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC, 0o644)
 		if err != nil {
 			t.Fatal(err)
