@@ -25,7 +25,15 @@ func capStacks() []capStack {
 	aclOver := func(l layer.FS) layer.FS { return acl.New(l, &acl.Rules{Default: true}, false, false) }
 	snoopOver := func(t *testing.T, l layer.FS) layer.FS { return newSnoop(t, l, false) }
 	cryptOver, codecOver := newCrypt, newCodec
+	chainsOver := newChains
 	return []capStack{
+		{name: "chains, unguarded", build: func(t *testing.T, l layer.FS) layer.FS { return chainsOver(t, l) }, passthrough: true},
+		{name: "chains, guarded by copy", build: func(t *testing.T, l layer.FS) layer.FS { return chainsOver(t, l, "copy") }},
+		{name: "chains, guarded by zstd and copy", build: func(t *testing.T, l layer.FS) layer.FS { return chainsOver(t, l, "zstd", "copy") }},
+		{name: "snoop over chains, unguarded", build: func(t *testing.T, l layer.FS) layer.FS { return snoopOver(t, chainsOver(t, l)) }, passthrough: true},
+		{name: "null over chains, guarded", build: func(t *testing.T, l layer.FS) layer.FS { return null.New(chainsOver(t, l, "copy")) }},
+		{name: "chains over crypt, unguarded", build: func(t *testing.T, l layer.FS) layer.FS { return chainsOver(t, cryptOver(t, l)) }, keep: true},
+		{name: "chains over zstd, unguarded", build: func(t *testing.T, l layer.FS) layer.FS { return chainsOver(t, codecOver(t, l, "zstd")) }},
 		{name: "null", build: func(t *testing.T, l layer.FS) layer.FS { return null.New(l) }, passthrough: true},
 		{name: "snoop", build: snoopOver, passthrough: true},
 		{name: "acl", build: func(t *testing.T, l layer.FS) layer.FS { return aclOver(l) }, passthrough: true},

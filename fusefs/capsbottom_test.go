@@ -15,11 +15,13 @@ import (
 	"cairn/internal/mounttest"
 	"cairn/layer"
 	"cairn/layers/acl"
+	"cairn/layers/chains"
 	"cairn/layers/codec"
 	"cairn/layers/crypt"
 	"cairn/layers/mux"
 	"cairn/layers/null"
 	"cairn/layers/snoop"
+	"cairn/pathmatch"
 
 	"golang.org/x/sys/unix"
 )
@@ -93,8 +95,28 @@ var bottomStacks = []bottomStack{
 	{name: "acl over zstd", file: "f", new: func(t *testing.T, c func() layer.FS) layer.FS {
 		return acl.New(newCodec(t, c(), "zstd"), &acl.Rules{Default: true}, false, false)
 	}},
+	{name: "chains, unguarded", file: "f", pass: true, new: func(t *testing.T, c func() layer.FS) layer.FS { return newChains(t, c()) }},
+	{name: "chains over crypt, unguarded", file: "f", keep: true, new: func(t *testing.T, c func() layer.FS) layer.FS { return newChains(t, newCrypt(t, c())) }},
 	{name: "null over mux, plain branch", file: "0/f", pass: true, new: nullOverMux},
 	{name: "null over mux, crypt branch", file: "1/f", keep: true, new: nullOverMux},
+}
+
+// newChains is a chains layer whose rule gives every new file chain (none:
+// no rule).
+func newChains(t *testing.T, l layer.FS, chain ...string) layer.FS {
+	var o chains.Options
+	if chain != nil {
+		all, err := pathmatch.NewSet([]string{"**"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Rules = []chains.Rule{{Paths: all, Chain: chain}}
+	}
+	c, err := chains.New(l, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // nullOverMux is null over mux over a plain branch "0" and a crypt branch
@@ -219,6 +241,8 @@ func TestWrappersForwardCaps(t *testing.T) {
 		}, 0, 0},
 		{"crypt", newCrypt, all, layer.CapKeepCache},
 		{"zstd", func(t *testing.T, l layer.FS) layer.FS { return newCodec(t, l, "zstd") }, all, 0},
+		{"chains, unguarded", func(t *testing.T, l layer.FS) layer.FS { return newChains(t, l) }, 0, 0},
+		{"chains, guarded", func(t *testing.T, l layer.FS) layer.FS { return newChains(t, l, "copy", "zstd") }, all, 0},
 	}
 	for _, w := range wrappers {
 		for _, lower := range []layer.Caps{0, layer.CapPassthrough, layer.CapKeepCache, layer.CapDirectIO, all} {

@@ -622,6 +622,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 		return n.st.errno("setxattr", p, err)
 	}
 	n.aclChanged(attr)
+	n.replacedBy(cctx, p)
 	// An access ACL set by a caller outside the file's group (and without
 	// CAP_FSETID) drops the set-group-ID bit, as posix_acl_update_mode does
 	// on every local file system; the daemon set it as root, so the lower
@@ -666,8 +667,26 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	err := n.st.top.Removexattr(callerCtx(ctx), p, attr)
 	if err == nil {
 		n.aclChanged(attr)
+		n.replacedBy(callerCtx(ctx), p)
 	}
 	return n.st.errno("removexattr", p, err)
+}
+
+// replacedBy follows an xattr change that replaced the object at p with
+// another (a chains layer converting a file rewrites it and renames the new
+// one over it): the kernel's entry for the name is dropped, so that the
+// next lookup finds the new object; open files keep the old one.
+func (n *node) replacedBy(ctx context.Context, p string) {
+	if n.IsDir() {
+		return
+	}
+	a, err := n.st.top.Getattr(ctx, p)
+	if err != nil || a.ID() == n.id {
+		return
+	}
+	if name, parent := n.Parent(); parent != nil {
+		parent.NotifyEntry(name)
+	}
 }
 
 // aclChanged follows a change of the xattr attr: an access ACL changes the

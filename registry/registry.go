@@ -55,6 +55,10 @@ type Type struct {
 	Options              []Option
 	// Changes is what the type changes (for explain before building).
 	Changes layer.Changes
+	// PerFile says that the type changes the data of some files only
+	// (chains: the guarded ones), and hands the others on as its lower
+	// gives them, kernel passthrough included (explain says "partly").
+	PerFile bool
 	// Lacks is what the type cannot do whatever its lowers can (for
 	// explain before building; the built layer says it with
 	// layer.FSCapser).

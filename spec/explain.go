@@ -28,6 +28,8 @@ func (s *Spec) Explain(w io.Writer) {
 	fmt.Fprintf(w, "%s mounts layer %q (%s)\n", src, s.Mount, n)
 	if who := s.dataChangers(s.Mount); len(who) == 0 {
 		fmt.Fprintf(w, "kernel passthrough: yes: no layer changes file data, so the kernel reads and writes the lower files itself\n")
+	} else if s.allPerFile(who) {
+		fmt.Fprintf(w, "kernel passthrough: partly: %s the data of some files (each file decides); the others are passed through\n", changersText(who))
 	} else if s.clearPath(s.Mount) {
 		fmt.Fprintf(w, "kernel passthrough: partly: %s file data; the files of the paths without it are passed through (each file decides)\n", changersText(who))
 	} else {
@@ -97,11 +99,28 @@ func (s *Spec) dataChangers(name string) []string {
 	return out
 }
 
+// allPerFile reports whether every layer of who (as dataChangers names
+// them) changes data per file (registry.Type.PerFile).
+func (s *Spec) allPerFile(who []string) bool {
+	per := map[string]bool{}
+	for n, l := range s.Layers {
+		if l.t != nil && l.t.PerFile {
+			per[fmt.Sprintf("%q (%s)", n, l.Type)] = true
+		}
+	}
+	for _, w := range who {
+		if !per[w] {
+			return false
+		}
+	}
+	return true
+}
+
 // clearPath reports whether some path from name down to a bottom layer
 // has no layer that changes data: its files can be passed through.
 func (s *Spec) clearPath(name string) bool {
 	l := s.Layers[name]
-	if l == nil || l.t == nil || l.t.Changes&layer.ChangesData != 0 {
+	if l == nil || l.t == nil || l.t.Changes&layer.ChangesData != 0 && !l.t.PerFile {
 		return false
 	}
 	if len(l.Over) == 0 {
@@ -211,6 +230,8 @@ func (s *Spec) explainLayer(e *explainer, name, prefix string, last, root bool, 
 		switch {
 		case len(e.all) == 0:
 			line("passthrough: yes")
+		case len(onPath) > 0 && s.allPerFile(onPath):
+			line("passthrough: per file (%s the data of some files; the others are passed through)", changersText(onPath))
 		case len(onPath) > 0:
 			line("passthrough: no (%s data)", changersText(onPath))
 		default:

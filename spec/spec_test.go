@@ -36,6 +36,11 @@ func init() {
 		New: func(l []layer.FS, _ registry.Values) (layer.FS, error) { return null.New(l[0]), nil },
 	})
 	registry.Register(registry.Type{
+		Name: "testperfile", Summary: "a test type that changes the data of some files only", MinLowers: 1, MaxLowers: 1,
+		Changes: layer.ChangesData, PerFile: true,
+		New: func(l []layer.FS, _ registry.Values) (layer.FS, error) { return null.New(l[0]), nil },
+	})
+	registry.Register(registry.Type{
 		Name: "testkinds", Summary: "a test type with every kind of option", MinLowers: 1, MaxLowers: 1,
 		Changes: layer.ChangesData | layer.ChangesNames,
 		Options: []registry.Option{

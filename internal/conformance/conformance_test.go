@@ -3,6 +3,7 @@ package conformance_test
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"cairn/internal/conformance"
@@ -10,6 +11,7 @@ import (
 	"cairn/layer"
 	"cairn/layer/fanout"
 	"cairn/layers/acl"
+	"cairn/layers/chains"
 	"cairn/layers/codec"
 	"cairn/layers/crypt"
 	"cairn/layers/local"
@@ -18,6 +20,7 @@ import (
 	"cairn/layers/replica"
 	"cairn/layers/snoop"
 	"cairn/layers/union"
+	"cairn/pathmatch"
 )
 
 // stacks is the table: every layer type, and the pairs that matter. A new
@@ -37,6 +40,8 @@ var stacks = []conformance.Stack{
 	{Name: "snoop-crypt", Build: func(t testing.TB, d string) layer.FS { return snoopOver(t, cryptOver(t, lower(t, d))) }, Limits: cryptLimits},
 	{Name: "acl-zstd", Build: func(t testing.TB, d string) layer.FS { return aclOver(codecOver("zstd")(t, d)) }, Limits: holes("codec")},
 	{Name: "chain-zstd-crypt", Build: chainOver, Limits: holes("codec and crypt")},
+	{Name: "chains", Build: chainsOver(""), Plain: true},
+	{Name: "chains-zstd-crypt", Build: chainsOver("zstd,crypt"), Limits: chainsLimits},
 	{Name: "replica", Build: replicaOf},
 	{Name: "union", Build: unionOver, Limits: map[conformance.Limit]string{conformance.NoWhiteout: "a whiteout is the union's own (overlayfs refuses it too)"}},
 	{Name: "null-mux", Build: func(t testing.TB, d string) layer.FS { return null.New(muxTmpfsDisk(t, d)) }, Dirs: []string{"tmp", "disk"}, Limits: onTmpfs},
@@ -154,6 +159,34 @@ func chainOver(t testing.TB, d string) layer.FS {
 		t.Fatal(err)
 	}
 	return layer.NewTransformed(mid, z)
+}
+
+// chainsOver is a chains layer whose rule gives every new file the chain
+// (none if empty), with crypt links keyed.
+func chainsOver(chain string) func(t testing.TB, d string) layer.FS {
+	return func(t testing.TB, d string) layer.FS {
+		l := lower(t, d)
+		o := chains.Options{Crypt: cryptContent(t, l)}
+		if chain != "" {
+			all, err := pathmatch.NewSet([]string{"**"}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o.Rules = []chains.Rule{{Paths: all, Chain: strings.Split(chain, ",")}}
+		}
+		c, err := chains.New(l, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+}
+
+// chainsLimits: a guarded file's chunks hide holes, and its chain record
+// is an xattr of the lower file.
+var chainsLimits = map[conformance.Limit]string{
+	conformance.Holes:         "codec and crypt store whole chunks: SEEK_DATA/SEEK_HOLE and st_blocks show no holes",
+	conformance.XattrOverhead: "a guarded file's chain record is an xattr of its lower file (about 40 bytes of its one block)",
 }
 
 func codecOver(kind string) func(t testing.TB, d string) layer.FS {

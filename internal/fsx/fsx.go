@@ -43,6 +43,11 @@ type Config struct {
 	// contents, e.g. to compare the lower directory.
 	Check      func(name string, want []byte) error
 	CheckEvery int
+	// Between, if set, is called on some of the close-and-reopen
+	// operations, while the model has the file closed, with its path: a
+	// change that must keep the file's bytes (a chains layer's push or
+	// pop). It returns a note for the operation log; an error fails the run.
+	Between func(path string, r *rand.Rand) (string, error)
 }
 
 type file struct {
@@ -269,6 +274,13 @@ func (r *runner) step() {
 		r.note("reopen %s", f.name)
 		if err := f.f.Close(); err != nil {
 			r.fail("close %s: %v", f.name, err)
+		}
+		if r.c.Between != nil && r.r.IntN(2) == 0 {
+			note, err := r.c.Between(filepath.Join(r.c.Dir, f.name), r.r)
+			r.note("between %s: %s", f.name, note)
+			if err != nil {
+				r.fail("between %s: %s: %v", f.name, note, err)
+			}
 		}
 		nf, err := os.OpenFile(filepath.Join(r.c.Dir, f.name), os.O_RDWR, 0)
 		if err != nil {

@@ -4,6 +4,7 @@ package all
 
 import (
 	_ "cairn/layers/acl"
+	_ "cairn/layers/chains"
 	_ "cairn/layers/codec"
 	_ "cairn/layers/crypt"
 	_ "cairn/layers/fault"

@@ -1,0 +1,942 @@
+// Package chains is MonA's per-file transformation chains: each regular
+// file of the lower carries its own chain of transforms (layer.Transform:
+// the codec engines, crypt's content), recorded with the file; a file with
+// no chain is unguarded and passes through untouched (and to the kernel,
+// with FUSE passthrough). Rules choose the chain of a new file by its path;
+// the xattr user.cairn.chain shows a file's chain and pushes or pops links
+// on a live file. docs/chains.md has the format and the semantics.
+package chains
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"cairn/layer"
+	"cairn/layers/codec"
+	"cairn/layers/crypt"
+	"cairn/pathmatch"
+)
+
+// XattrName is the attribute that shows and changes a file's chain.
+const XattrName = "user.cairn.chain"
+
+// TmpDir is the directory at the root of the lower where conversions
+// write the new form of a file before renaming it over the old one. It
+// is the layer's own: hidden, emptied when the layer starts.
+const TmpDir = ".cairn-chains"
+
+// CryptLink is the name of crypt's content as a link.
+const CryptLink = "crypt"
+
+// Rule gives new files whose path it matches a chain.
+type Rule struct {
+	Paths *pathmatch.Set
+	Chain []string // top first
+}
+
+// Options configure the layer.
+type Options struct {
+	Rules []Rule
+	// Crypt is the content encryption for crypt links (nil: a crypt link
+	// has no key, EACCES), over the same lower.
+	Crypt  *crypt.Content
+	Logger *slog.Logger
+}
+
+// FS is the chains layer.
+type FS struct {
+	layer.MetaBase
+	o   Options
+	log *slog.Logger
+
+	mu     sync.Mutex
+	chains map[string]*chain // built chains, by their names joined with ","
+	// writers counts the handles open for writing, by lower identity: a
+	// conversion waits for them (see convert).
+	writers map[layer.ID]int
+	wcond   *sync.Cond
+	conv    sync.Mutex // one conversion at a time
+	sizes   linkSizes  // the presented sizes of transformation links
+	release func()     // lets go of the claim on the lower (Claim)
+}
+
+// chain is a built chain: ts[0] is the top transform; ts[i] stores its
+// files through layer.Transformed(lower, ts[i+1]); the last stores them in
+// the lower.
+type chain struct {
+	names []string
+	ts    []layer.Transform
+}
+
+// New makes the chains layer over lower.
+func New(lower layer.FS, o Options) (*FS, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	for _, r := range o.Rules {
+		if err := checkNames(r.Chain, true); err != nil {
+			return nil, err
+		}
+	}
+	fs := &FS{MetaBase: layer.MetaBase{Base: layer.Base{Lower: lower}, Meta: layer.NewMeta(lower, "chains")},
+		o: o, log: o.Logger, chains: map[string]*chain{}, writers: map[layer.ID]int{}}
+	fs.wcond = sync.NewCond(&fs.mu)
+	fs.cleanTmp(context.Background())
+	return fs, nil
+}
+
+func (fs *FS) Changes() layer.Changes { return layer.ChangesData | layer.ChangesAttrs }
+
+// FSCaps: no O_TMPFILE (a new file would need a chain before it has a
+// path), no renameat2 whiteouts of our own to worry about.
+func (fs *FS) FSCaps() layer.FSCaps { return layer.FSCapsOf(fs.Lower) &^ layer.FSTmpfile }
+
+func (fs *FS) Tmpfile(context.Context, string, int, uint32) (layer.File, layer.Attr, error) {
+	return nil, layer.Attr{}, syscall.EOPNOTSUPP
+}
+
+func (fs *FS) LinkFile(context.Context, layer.File, string) (layer.Attr, error) {
+	return layer.Attr{}, syscall.EOPNOTSUPP
+}
+
+// Close closes the transforms of the built chains.
+func (fs *FS) Close() error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	var first error
+	closed := map[layer.Transform]bool{}
+	for _, c := range fs.chains {
+		for _, t := range c.ts {
+			if closed[t] {
+				continue
+			}
+			closed[t] = true
+			if err := t.Close(); err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	if fs.release != nil {
+		fs.release()
+		fs.release = nil
+	}
+	return first
+}
+
+// ---- links and chains ----------------------------------------------------
+
+var known sync.Map // link name -> bool
+
+// knownLink reports whether this build has a link called name.
+func knownLink(name string) bool {
+	if name == CryptLink {
+		return true
+	}
+	if v, ok := known.Load(name); ok {
+		return v.(bool)
+	}
+	if !validName(name) {
+		return false
+	}
+	_, err := codec.NewEngine(nil, name, codec.Options{Level: defaultLevel(name)})
+	if err == nil {
+		known.Store(name, true) // unknown names are not kept: the user makes them up
+	}
+	return err == nil
+}
+
+// UnknownLinkError is a chain naming a link this build lacks.
+type UnknownLinkError struct{ Name string }
+
+func (e *UnknownLinkError) Error() string {
+	return fmt.Sprintf("link %q is not in this build of cairn", e.Name)
+}
+
+// checkNames checks a chain: known links, crypt at most once and only as
+// the last (bottom) link (encrypted bytes do not compress, and one crypt
+// journal serves the lower). strict: an error is EINVAL material.
+func checkNames(names []string, strict bool) error {
+	for i, n := range names {
+		if !knownLink(n) {
+			return &UnknownLinkError{n}
+		}
+		if n == CryptLink && i != len(names)-1 {
+			return errors.New("crypt can only be the last (bottom) link of a chain")
+		}
+	}
+	return nil
+}
+
+// chainOf builds (once) the chain of names; an empty chain is nil.
+func (fs *FS) chainOf(names []string) (*chain, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	key := strings.Join(names, ",")
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if c := fs.chains[key]; c != nil {
+		return c, nil
+	}
+	if err := checkNames(names, false); err != nil {
+		return nil, err
+	}
+	if names[len(names)-1] == CryptLink && fs.o.Crypt == nil {
+		return nil, syscall.EACCES
+	}
+	c := &chain{names: names, ts: make([]layer.Transform, len(names))}
+	var below layer.FS = fs.Lower
+	for i := len(names) - 1; i >= 0; i-- {
+		var t layer.Transform
+		if names[i] == CryptLink {
+			t = fs.o.Crypt
+		} else {
+			e, err := codec.NewEngine(below, names[i], codec.Options{Level: defaultLevel(names[i]), Logger: fs.log})
+			if err != nil {
+				return nil, err
+			}
+			t = e
+		}
+		c.ts[i] = t
+		below = layer.NewTransformed(below, t)
+	}
+	fs.chains[key] = c
+	return c, nil
+}
+
+// defaultLevel is the level of a codec link: the codec layer's default.
+func defaultLevel(name string) int {
+	switch name {
+	case "zstd":
+		return 3
+	case "gzip":
+		return 6
+	}
+	return 0
+}
+
+// stat turns the lower attributes of a file stored through c into the
+// presented ones.
+func (c *chain) stat(ctx context.Context, p string, a *layer.Attr) error {
+	for i := len(c.ts) - 1; i >= 0; i-- {
+		if err := c.ts[i].Stat(ctx, p, a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *chain) settle(ctx context.Context, p string) error {
+	for _, t := range c.ts {
+		if err := t.Settle(ctx, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// forget tells every built chain that the stored file id has lost its last
+// name.
+func (fs *FS) forget(ctx context.Context, id layer.ID) {
+	fs.mu.Lock()
+	cs := make([]*chain, 0, len(fs.chains))
+	for _, c := range fs.chains {
+		cs = append(cs, c)
+	}
+	fs.mu.Unlock()
+	for _, c := range cs {
+		for _, t := range c.ts {
+			t.Forget(ctx, id)
+		}
+	}
+}
+
+// readRecord returns the record of the object at p: a chain (nil:
+// unguarded), or a transformation link (links.go). A record this build
+// cannot follow is an error naming what it lacks.
+func (fs *FS) readRecord(ctx context.Context, p string) ([]string, *link, error) {
+	v, err := fs.Meta.Get(ctx, p, metaKey)
+	switch {
+	case err == syscall.ENODATA || err == syscall.EOPNOTSUPP || err == syscall.EPERM:
+		return nil, nil, nil
+	case err != nil:
+		return nil, nil, err
+	}
+	if body, ok := strings.CutPrefix(string(v), linkVersion+":"); ok {
+		l, err := parseLink(body)
+		if err != nil {
+			return nil, nil, fmt.Errorf("chains: /%s: link record: %w", p, err)
+		}
+		return nil, l, nil
+	}
+	names, err := parseRecord(v)
+	if err != nil {
+		return nil, nil, fmt.Errorf("chains: /%s: %w", p, err)
+	}
+	if err := checkNames(names, false); err != nil {
+		return nil, nil, fmt.Errorf("chains: /%s: recorded chain %q: %w", p, strings.Join(names, ","), err)
+	}
+	return names, nil, nil
+}
+
+// record returns the recorded chain of the object at p (nil: unguarded,
+// or a link, which has no chain of its own).
+func (fs *FS) record(ctx context.Context, p string) ([]string, error) {
+	names, _, err := fs.readRecord(ctx, p)
+	return names, err
+}
+
+// chainAt is the built chain of the regular file at p (nil: unguarded).
+func (fs *FS) chainAt(ctx context.Context, p string) (*chain, error) {
+	names, err := fs.record(ctx, p)
+	if err != nil || names == nil {
+		return nil, err
+	}
+	return fs.chainOf(names)
+}
+
+// ruleChain is the chain the rules give a new file at p.
+func (fs *FS) ruleChain(p string) []string {
+	for _, r := range fs.o.Rules {
+		if r.Paths.Contains(p) {
+			return r.Chain
+		}
+	}
+	return nil
+}
+
+// ---- the layer's own names -------------------------------------------------
+
+func (fs *FS) reserved(p string) bool {
+	if p == TmpDir {
+		return true
+	}
+	if fs.o.Crypt != nil {
+		return fs.o.Crypt.Reserved(p)
+	}
+	return false
+}
+
+// cleanTmp removes what conversions a crash interrupted left in TmpDir.
+func (fs *FS) cleanTmp(ctx context.Context) {
+	ctx = layer.AsSelf(ctx)
+	ents, err := fs.Lower.ReadDir(ctx, TmpDir, false)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		fs.Lower.Unlink(ctx, layer.Join(TmpDir, e.Name))
+	}
+}
+
+// ---- path operations -------------------------------------------------------
+
+func (fs *FS) stat(ctx context.Context, p string, a *layer.Attr) {
+	if !a.IsRegular() {
+		return
+	}
+	names, l, err := fs.readRecord(ctx, p)
+	if err != nil || (names == nil && l == nil) {
+		return // the lower's bytes; opening says what is wrong
+	}
+	if l != nil {
+		fs.statLink(ctx, p, l, a)
+		return
+	}
+	c, err := fs.chainOf(names)
+	if err != nil {
+		return
+	}
+	if err := c.stat(ctx, p, a); err != nil {
+		fs.log.Warn("chains: cannot size the file", "path", p, "err", err)
+	}
+}
+
+func (fs *FS) Getattr(ctx context.Context, p string) (layer.Attr, error) {
+	if fs.reserved(p) {
+		return layer.Attr{}, syscall.ENOENT
+	}
+	a, err := fs.Lower.Getattr(ctx, p)
+	if err != nil {
+		return a, err
+	}
+	fs.stat(ctx, p, &a)
+	return a, nil
+}
+
+func (fs *FS) ReadDir(ctx context.Context, p string, plus bool) ([]layer.DirEntry, error) {
+	d, err := fs.OpenDir(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return layer.ReadDirAll(ctx, d, plus)
+}
+
+// OpenDir streams the lower's listing without the layer's own names, with
+// the presented sizes (layer.DirOpener).
+func (fs *FS) OpenDir(ctx context.Context, p string) (layer.Dir, error) {
+	ld, err := layer.OpenDir(ctx, fs.Lower, p)
+	if err != nil {
+		return nil, err
+	}
+	return layer.MapDir(ld, func(ctx context.Context, e *layer.DirEntry) (bool, error) {
+		q := layer.Join(p, e.Name)
+		if fs.reserved(q) {
+			return false, nil
+		}
+		if e.Attr != nil {
+			fs.stat(ctx, q, e.Attr)
+		}
+		return true, nil
+	}), nil
+}
+
+func (fs *FS) Open(ctx context.Context, p string, flags int) (layer.File, error) {
+	if fs.reserved(p) {
+		return nil, syscall.ENOENT
+	}
+	names, l, err := fs.readRecord(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if l != nil {
+		return fs.openLink(ctx, p, l, flags)
+	}
+	c, err := fs.chainOf(names)
+	if err != nil {
+		return nil, err
+	}
+	var f layer.File
+	if c == nil {
+		f, err = fs.Lower.Open(ctx, p, flags)
+	} else {
+		f, err = c.ts[0].Open(ctx, p, p, flags)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return fs.wrap(ctx, f, flags), nil
+}
+
+func (fs *FS) Create(ctx context.Context, p string, flags int, mode uint32) (layer.File, layer.Attr, error) {
+	if fs.reserved(p) {
+		return nil, layer.Attr{}, syscall.EPERM
+	}
+	names := fs.ruleChain(p)
+	c, err := fs.chainOf(names)
+	if err != nil {
+		return nil, layer.Attr{}, err
+	}
+	// O_EXCL: an existing file keeps its own chain (or link), and is
+	// opened as such below, never written as the rule would store it.
+	var f layer.File
+	var a layer.Attr
+	if c == nil {
+		f, a, err = fs.Lower.Create(ctx, p, flags|unix.O_EXCL, mode)
+	} else {
+		f, a, err = c.ts[0].Create(ctx, p, p, flags|unix.O_EXCL, mode)
+	}
+	if err == syscall.EEXIST && flags&unix.O_EXCL == 0 {
+		f, err := fs.Open(ctx, p, flags&^unix.O_CREAT)
+		if err != nil {
+			return nil, layer.Attr{}, err
+		}
+		a, err := f.Getattr(ctx)
+		if err != nil {
+			f.Release(ctx)
+			return nil, a, err
+		}
+		return f, a, nil
+	}
+	if err != nil {
+		return nil, a, err
+	}
+	if c == nil {
+		return fs.wrap(ctx, f, flags), a, nil
+	}
+	// The record before the application can write a byte: a crash in
+	// between leaves an empty unguarded file.
+	if err := fs.Meta.Set(ctx, p, metaKey, formatRecord(names)); err != nil {
+		f.Release(ctx)
+		fs.Lower.Unlink(layer.AsSelf(ctx), p)
+		return nil, layer.Attr{}, fmt.Errorf("chains: recording the chain of /%s: %w", p, err)
+	}
+	return fs.wrap(ctx, f, flags), a, nil
+}
+
+func (fs *FS) Setattr(ctx context.Context, p string, in *layer.SetAttr) (layer.Attr, error) {
+	if in.Valid&(layer.SetSize|setTimes) != 0 {
+		a, err := fs.Lower.Getattr(ctx, p)
+		if err != nil {
+			return a, err
+		}
+		if a.IsRegular() {
+			names, l, err := fs.readRecord(ctx, p)
+			if err != nil {
+				return layer.Attr{}, err
+			}
+			if l != nil && in.Valid&layer.SetSize != 0 {
+				return layer.Attr{}, syscall.EROFS
+			}
+			c, err := fs.chainOf(names)
+			if err != nil {
+				return layer.Attr{}, err
+			}
+			if c != nil {
+				if in.Valid&layer.SetSize != 0 {
+					if err := c.ts[0].Truncate(ctx, p, p, int64(in.Size)); err != nil {
+						return layer.Attr{}, err
+					}
+					rest := *in
+					rest.Valid &^= layer.SetSize
+					if rest.Valid == 0 {
+						return fs.Getattr(ctx, p)
+					}
+					in = &rest
+				}
+				if in.Valid&setTimes != 0 {
+					if err := c.settle(ctx, p); err != nil {
+						return layer.Attr{}, err
+					}
+				}
+			}
+		}
+	}
+	a, err := fs.Lower.Setattr(ctx, p, in)
+	if err != nil {
+		return a, err
+	}
+	fs.stat(ctx, p, &a)
+	return a, nil
+}
+
+const setTimes = layer.SetAtime | layer.SetMtime | layer.SetAtimeNow | layer.SetMtimeNow
+
+func (fs *FS) Mkdir(ctx context.Context, p string, mode uint32) (layer.Attr, error) {
+	if fs.reserved(p) {
+		return layer.Attr{}, syscall.EPERM
+	}
+	return fs.Lower.Mkdir(ctx, p, mode)
+}
+
+func (fs *FS) Mknod(ctx context.Context, p string, mode uint32, rdev uint64) (layer.Attr, error) {
+	if fs.reserved(p) {
+		return layer.Attr{}, syscall.EPERM
+	}
+	if t := mode & unix.S_IFMT; (t == unix.S_IFREG || t == 0) && fs.ruleChain(p) != nil {
+		// A regular file gets its rule's chain however it is made.
+		f, a, err := fs.Create(ctx, p, unix.O_WRONLY|unix.O_EXCL, mode&^unix.S_IFMT)
+		if err != nil {
+			return a, err
+		}
+		return a, f.Release(ctx)
+	}
+	return fs.Lower.Mknod(ctx, p, mode, rdev)
+}
+
+func (fs *FS) Symlink(ctx context.Context, target, p string) (layer.Attr, error) {
+	if fs.reserved(p) {
+		return layer.Attr{}, syscall.EPERM
+	}
+	return fs.Lower.Symlink(ctx, target, p)
+}
+
+func (fs *FS) Link(ctx context.Context, oldpath, newpath string) (layer.Attr, error) {
+	if fs.reserved(oldpath) || fs.reserved(newpath) {
+		return layer.Attr{}, syscall.EPERM
+	}
+	a, err := fs.Lower.Link(ctx, oldpath, newpath)
+	if err != nil {
+		return a, err
+	}
+	fs.stat(ctx, newpath, &a)
+	return a, nil
+}
+
+func (fs *FS) Unlink(ctx context.Context, p string) error {
+	if fs.reserved(p) {
+		return syscall.ENOENT
+	}
+	a, aerr := fs.Lower.Getattr(ctx, p)
+	if err := fs.Lower.Unlink(ctx, p); err != nil {
+		return err
+	}
+	if aerr == nil && a.IsRegular() && a.Nlink <= 1 {
+		fs.forget(ctx, a.ID())
+	}
+	return nil
+}
+
+func (fs *FS) Rmdir(ctx context.Context, p string) error {
+	if fs.reserved(p) {
+		return syscall.ENOENT
+	}
+	return fs.Lower.Rmdir(ctx, p)
+}
+
+func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32) error {
+	if fs.reserved(oldpath) || fs.reserved(newpath) {
+		return syscall.EPERM
+	}
+	a, aerr := fs.Lower.Getattr(ctx, newpath)
+	if err := fs.Lower.Rename(ctx, oldpath, newpath, flags); err != nil {
+		return err
+	}
+	if aerr == nil && a.IsRegular() && a.Nlink <= 1 && flags&unix.RENAME_EXCHANGE == 0 {
+		fs.forget(ctx, a.ID())
+	}
+	return nil
+}
+
+// SetFlags refuses append-only and immutable on guarded files, as
+// layer.Transformed does (a transform rewrites stored files in place).
+func (fs *FS) SetFlags(ctx context.Context, p string, flags uint32) error {
+	if fs.reserved(p) {
+		return syscall.ENOENT
+	}
+	if c, err := fs.chainAt(ctx, p); err == nil && c != nil {
+		return layer.SetFlagsExcept(ctx, fs.Lower, p, flags, layer.FlagAppend|layer.FlagImmutable)
+	}
+	return fs.Lower.SetFlags(ctx, p, flags)
+}
+
+// Setxattr of a file capability settles a guarded file's open files first
+// (see layer.Transformed.Setxattr); user.cairn.chain converts the file.
+func (fs *FS) Setxattr(ctx context.Context, p, name string, value []byte, flags int) error {
+	if name == LinkXattr {
+		l, err := parseLink(string(value))
+		if err != nil {
+			fs.log.Warn("chains: refused link", "path", p, "value", string(value), "err", err)
+			return syscall.EINVAL
+		}
+		return fs.setLink(ctx, p, l)
+	}
+	if name == XattrName {
+		names, err := parseNames(string(value))
+		if err == nil {
+			err = checkNames(names, true)
+		}
+		if err != nil {
+			fs.log.Warn("chains: refused chain", "path", p, "value", string(value), "err", err)
+			return syscall.EINVAL
+		}
+		cur, rerr := fs.record(ctx, p)
+		if flags&unix.XATTR_CREATE != 0 && rerr == nil && cur != nil {
+			return syscall.EEXIST
+		}
+		if flags&unix.XATTR_REPLACE != 0 && rerr == nil && cur == nil {
+			return syscall.ENODATA
+		}
+		return fs.convert(ctx, p, names)
+	}
+	if name == "security.capability" {
+		if c, err := fs.chainAt(ctx, p); err == nil && c != nil {
+			if err := c.settle(ctx, p); err != nil {
+				return err
+			}
+		}
+	}
+	return fs.MetaBase.Setxattr(ctx, p, name, value, flags)
+}
+
+func (fs *FS) Getxattr(ctx context.Context, p, name string, dest []byte) (int, error) {
+	if name != XattrName && name != LinkXattr {
+		return fs.MetaBase.Getxattr(ctx, p, name, dest)
+	}
+	names, l, err := fs.readRecord(ctx, p)
+	if err != nil {
+		return 0, err
+	}
+	v := strings.Join(names, ",")
+	if name == LinkXattr {
+		v = ""
+		if l != nil {
+			v = l.String()
+		}
+	}
+	if v == "" {
+		return 0, syscall.ENODATA
+	}
+	if len(dest) == 0 {
+		return len(v), nil
+	}
+	if len(dest) < len(v) {
+		return 0, syscall.ERANGE
+	}
+	return copy(dest, v), nil
+}
+
+func (fs *FS) Removexattr(ctx context.Context, p, name string) error {
+	if name == LinkXattr {
+		return fs.setLink(ctx, p, nil)
+	}
+	if name != XattrName {
+		return fs.MetaBase.Removexattr(ctx, p, name)
+	}
+	names, err := fs.record(ctx, p)
+	if err != nil {
+		return err
+	}
+	if names == nil {
+		return syscall.ENODATA
+	}
+	return fs.convert(ctx, p, nil)
+}
+
+// ---- open files ------------------------------------------------------------
+
+// file is an open file of the layer that may write: conversions wait for
+// it (FS.writers). It forwards everything, capabilities included, so an
+// unguarded file keeps passthrough.
+type file struct {
+	layer.BaseFile
+	fs   *FS
+	id   layer.ID
+	once sync.Once
+}
+
+// wrap counts f if it is open for writing.
+func (fs *FS) wrap(ctx context.Context, f layer.File, flags int) layer.File {
+	if flags&unix.O_ACCMODE == unix.O_RDONLY {
+		return f
+	}
+	a, err := f.Getattr(ctx)
+	if err != nil {
+		return f
+	}
+	id := a.ID()
+	fs.mu.Lock()
+	fs.writers[id]++
+	fs.mu.Unlock()
+	return &file{BaseFile: layer.BaseFile{Lower: f}, fs: fs, id: id}
+}
+
+func (f *file) Release(ctx context.Context) error {
+	err := f.BaseFile.Release(ctx)
+	f.once.Do(func() {
+		f.fs.mu.Lock()
+		if f.fs.writers[f.id]--; f.fs.writers[f.id] <= 0 {
+			delete(f.fs.writers, f.id)
+		}
+		f.fs.wcond.Broadcast()
+		f.fs.mu.Unlock()
+	})
+	return err
+}
+
+// ---- conversion --------------------------------------------------------------
+
+// writerWait is how long a conversion waits for the file's writers to
+// close it (a close(2) through FUSE releases the file asynchronously).
+const writerWait = 2 * time.Second
+
+// waitWriters waits until no handle has id open for writing: false after
+// writerWait.
+func (fs *FS) waitWriters(id layer.ID) bool {
+	deadline := time.Now().Add(writerWait)
+	t := time.AfterFunc(writerWait, func() {
+		fs.mu.Lock()
+		fs.wcond.Broadcast()
+		fs.mu.Unlock()
+	})
+	defer t.Stop()
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	for fs.writers[id] > 0 {
+		if !time.Now().Before(deadline) {
+			return false
+		}
+		fs.wcond.Wait()
+	}
+	return true
+}
+
+// convert rewrites the regular file at p with the chain names (nil:
+// unguarded): the new form is written in TmpDir, with the file's owner,
+// mode, times and xattrs, made durable, and renamed over the old one, so
+// that a crash leaves the old file or the new one.
+func (fs *FS) convert(ctx context.Context, p string, names []string) error {
+	a, err := fs.Lower.Getattr(ctx, p)
+	if err != nil {
+		return err
+	}
+	if !a.IsRegular() {
+		return syscall.EPERM // as ext4 for user.* on other objects
+	}
+	// Only someone who may write the file changes its chain.
+	if wf, err := fs.Lower.Open(ctx, p, unix.O_WRONLY|unix.O_NOFOLLOW); err != nil {
+		return err
+	} else {
+		wf.Release(ctx)
+	}
+	nc, err := fs.chainOf(names)
+	if err != nil {
+		return err
+	}
+	fs.conv.Lock()
+	defer fs.conv.Unlock()
+	if a, err = fs.Lower.Getattr(ctx, p); err != nil {
+		return err
+	}
+	if a.Nlink > 1 {
+		fs.log.Warn("chains: cannot convert a file with hard links", "path", p)
+		return syscall.EMLINK
+	}
+	oldNames, l, err := fs.readRecord(ctx, p)
+	if err != nil {
+		return err
+	}
+	if l != nil {
+		return syscall.EPERM // a link has no chain; remove the link first
+	}
+	if strings.Join(oldNames, ",") == strings.Join(names, ",") {
+		return nil
+	}
+	oc, err := fs.chainOf(oldNames)
+	if err != nil {
+		return err
+	}
+	if !fs.waitWriters(a.ID()) {
+		fs.log.Warn("chains: file still open for writing, not converted", "path", p)
+		return syscall.EBUSY
+	}
+	self := layer.AsSelf(ctx)
+	if _, err := fs.Lower.Mkdir(self, TmpDir, 0o700); err != nil && err != syscall.EEXIST {
+		return err
+	}
+	tmp := layer.Join(TmpDir, fmt.Sprintf("%d.%d", a.Ino, a.Gen))
+	if err := fs.Lower.Unlink(self, tmp); err == nil {
+		fs.forget(ctx, a.ID()) // never: the inode differs; harmless
+	}
+	if err := fs.writeConverted(self, p, tmp, oc, nc, &a, names); err != nil {
+		fs.Lower.Unlink(self, tmp)
+		return err
+	}
+	if err := fs.Lower.Rename(self, tmp, p, 0); err != nil {
+		fs.Lower.Unlink(self, tmp)
+		return err
+	}
+	dir, _ := layer.Split(p)
+	if err := fs.Lower.SyncDir(self, dir); err != nil {
+		fs.log.Warn("chains: fsync of the directory after a conversion", "path", p, "err", err)
+	}
+	fs.forget(ctx, a.ID())
+	fs.log.Info("chains: converted", "path", p, "from", strings.Join(oldNames, ","), "to", strings.Join(names, ","))
+	return nil
+}
+
+// writeConverted writes tmp: p's bytes (read through oc) stored through
+// nc, with p's attributes and xattrs and the record of names, durable.
+func (fs *FS) writeConverted(ctx context.Context, p, tmp string, oc, nc *chain, a *layer.Attr, names []string) error {
+	var src, dst layer.File
+	var err error
+	if oc == nil {
+		src, err = fs.Lower.Open(ctx, p, unix.O_RDONLY|unix.O_NOFOLLOW)
+	} else {
+		src, err = oc.ts[0].Open(ctx, p, p, unix.O_RDONLY)
+	}
+	if err != nil {
+		return err
+	}
+	defer src.Release(ctx)
+	if nc == nil {
+		dst, _, err = fs.Lower.Create(ctx, tmp, unix.O_RDWR|unix.O_EXCL, 0o600)
+	} else {
+		dst, _, err = nc.ts[0].Create(ctx, tmp, p, unix.O_RDWR|unix.O_EXCL, 0o600)
+	}
+	if err != nil {
+		return err
+	}
+	if names != nil {
+		if err := fs.Meta.Set(ctx, tmp, metaKey, formatRecord(names)); err != nil {
+			dst.Release(ctx)
+			return err
+		}
+	}
+	buf := make([]byte, 1<<20)
+	var off int64
+	for {
+		n, rerr := src.ReadAt(ctx, buf, off)
+		if n > 0 {
+			if _, err := dst.WriteAt(ctx, buf[:n], off); err != nil {
+				dst.Release(ctx)
+				return err
+			}
+			off += int64(n)
+		}
+		if rerr == io.EOF || (rerr == nil && n == 0) {
+			break
+		}
+		if rerr != nil {
+			dst.Release(ctx)
+			return rerr
+		}
+	}
+	if err := dst.Fsync(ctx, false); err != nil {
+		dst.Release(ctx)
+		return err
+	}
+	if err := dst.Release(ctx); err != nil {
+		return err
+	}
+	// Other xattrs of the file (ACLs, user attributes, a capability).
+	if err := fs.copyXattrs(ctx, p, tmp); err != nil {
+		return err
+	}
+	if _, err := fs.Lower.Setattr(ctx, tmp, &layer.SetAttr{Valid: layer.SetUid | layer.SetGid, Uid: a.Uid, Gid: a.Gid}); err != nil {
+		return err
+	}
+	if _, err := fs.Lower.Setattr(ctx, tmp, &layer.SetAttr{Valid: layer.SetMode | layer.SetAtime | layer.SetMtime,
+		Mode: a.Mode & 0o7777, Atime: a.Atime, Mtime: a.Mtime}); err != nil {
+		return err
+	}
+	// Make it durable (the transforms' own writes at release included).
+	lf, err := fs.Lower.Open(ctx, tmp, unix.O_RDONLY|unix.O_NOFOLLOW)
+	if err != nil {
+		return err
+	}
+	err = lf.Fsync(ctx, false)
+	lf.Release(ctx)
+	return err
+}
+
+func (fs *FS) copyXattrs(ctx context.Context, from, to string) error {
+	n, err := fs.Lower.Listxattr(ctx, from, nil)
+	if err == syscall.EOPNOTSUPP || (err == nil && n == 0) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	list := make([]byte, n+256)
+	if n, err = fs.Lower.Listxattr(ctx, from, list); err != nil {
+		return err
+	}
+	for _, name := range strings.Split(string(list[:n]), "\x00") {
+		if name == "" || fs.Meta.Owns(name) {
+			continue
+		}
+		sz, err := fs.Lower.Getxattr(ctx, from, name, nil)
+		if err != nil {
+			return err
+		}
+		v := make([]byte, sz)
+		if sz, err = fs.Lower.Getxattr(ctx, from, name, v); err != nil {
+			return err
+		}
+		if err := fs.Lower.Setxattr(ctx, to, name, v[:sz], 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
