@@ -99,7 +99,7 @@ func (f *file) reader(ctx context.Context) (int, layer.File, error) {
 	}
 	// A read-only file whose replica failed: open the file on another.
 	path := *f.path.Load()
-	nf, i, err := one(f.fs, f.fs.pick(), "open", path, func(j int) (layer.File, error) { return f.fs.r[j].Open(ctx, path, f.flags) }, release)
+	nf, i, err := one(f.fs, f.fs.pick(), "open", path, func(j int) (layer.File, error) { return f.fs.r[j].Open(ctx, path, f.flags) })
 	if err != nil {
 		return 0, nil, err
 	}

@@ -384,7 +384,7 @@ func (fs *FS) pick() int {
 // one runs a read on replica i, and on failure on the next healthy one,
 // until one answers or none is left but a failing one. It gives the
 // replica that answered.
-func one[T any](fs *FS, i int, op, path string, fn func(i int) (T, error), drop func(T)) (T, int, error) {
+func one[T any](fs *FS, i int, op, path string, fn func(i int) (T, error)) (T, int, error) {
 	for {
 		v, err := inline(fs, i, op, path, func() (T, error) { return fn(i) })
 		if !failure(err) || !fs.degrade(i, op, path, err) {
@@ -485,7 +485,7 @@ func (fs *FS) tag(a *layer.Attr, i int) { layer.TagBranch(a, i, len(fs.r)) }
 // ---- lookups and reads ------------------------------------------------------
 
 func (fs *FS) Getattr(ctx context.Context, path string) (layer.Attr, error) {
-	a, i, err := one(fs, fs.primary(), "getattr", path, func(i int) (layer.Attr, error) { return fs.r[i].Getattr(ctx, path) }, nil)
+	a, i, err := one(fs, fs.primary(), "getattr", path, func(i int) (layer.Attr, error) { return fs.r[i].Getattr(ctx, path) })
 	fs.tag(&a, i)
 	if pt := fs.writing(path); err == nil && pt >= 0 && pt != i {
 		// The kernel writes replica pt's file alone (opens.go): its size
@@ -510,8 +510,7 @@ func (fs *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirE
 // OpenDir streams the primary's listing, tagged with its branch, without
 // resync's temporary names.
 func (fs *FS) OpenDir(ctx context.Context, path string) (layer.Dir, error) {
-	d, src, err := one(fs, fs.primary(), "readdir", path, func(i int) (layer.Dir, error) { return layer.OpenDir(ctx, fs.r[i], path) },
-		func(d layer.Dir) { d.Close() })
+	d, src, err := one(fs, fs.primary(), "readdir", path, func(i int) (layer.Dir, error) { return layer.OpenDir(ctx, fs.r[i], path) })
 	if err != nil {
 		return nil, err
 	}
@@ -524,7 +523,7 @@ func (fs *FS) OpenDir(ctx context.Context, path string) (layer.Dir, error) {
 }
 
 func (fs *FS) Readlink(ctx context.Context, path string) (string, error) {
-	s, _, err := one(fs, fs.pick(), "readlink", path, func(i int) (string, error) { return fs.r[i].Readlink(ctx, path) }, nil)
+	s, _, err := one(fs, fs.pick(), "readlink", path, func(i int) (string, error) { return fs.r[i].Readlink(ctx, path) })
 	return s, err
 }
 
@@ -537,14 +536,14 @@ func (fs *FS) Getxattr(ctx context.Context, path, name string, dest []byte) (int
 	// Into a buffer of its own: a replica that answers too late must not
 	// write into dest.
 	buf := make([]byte, len(dest))
-	n, _, err := one(fs, fs.pick(), "getxattr", path, func(i int) (int, error) { return fs.r[i].Getxattr(ctx, path, name, buf) }, nil)
+	n, _, err := one(fs, fs.pick(), "getxattr", path, func(i int) (int, error) { return fs.r[i].Getxattr(ctx, path, name, buf) })
 	copy(dest, buf[:max(0, min(n, len(buf)))])
 	return n, err
 }
 
 // Listxattr leaves the layer's own side data out.
 func (fs *FS) Listxattr(ctx context.Context, path string, dest []byte) (int, error) {
-	names, _, err := one(fs, fs.pick(), "listxattr", path, func(i int) ([]string, error) { return listXattr(ctx, fs.r[i], path) }, nil)
+	names, _, err := one(fs, fs.pick(), "listxattr", path, func(i int) ([]string, error) { return listXattr(ctx, fs.r[i], path) })
 	if err != nil {
 		return 0, err
 	}
@@ -609,7 +608,7 @@ func (fs *FS) Statfs(ctx context.Context, path string) (layer.Statfs, error) {
 }
 
 func (fs *FS) GetFlags(ctx context.Context, path string) (uint32, error) {
-	f, _, err := one(fs, fs.primary(), "getflags", path, func(i int) (uint32, error) { return fs.r[i].GetFlags(ctx, path) }, nil)
+	f, _, err := one(fs, fs.primary(), "getflags", path, func(i int) (uint32, error) { return fs.r[i].GetFlags(ctx, path) })
 	return f, err
 }
 
@@ -731,7 +730,7 @@ func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, err
 		if want < 0 {
 			want = fs.pick()
 		}
-		lf, i, err := one(fs, want, "open", path, func(i int) (layer.File, error) { return fs.r[i].Open(ctx, path, flags) }, release)
+		lf, i, err := one(fs, want, "open", path, func(i int) (layer.File, error) { return fs.r[i].Open(ctx, path, flags) })
 		if err != nil {
 			return nil, err
 		}
