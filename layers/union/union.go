@@ -329,6 +329,22 @@ func (u *FS) lookup(ctx context.Context, path string) (*obj, int, error) {
 	return o, wh, err
 }
 
+// branchOf is the branch that shows path: what is known, without asking
+// it for the attributes (getxattr, listxattr, readlink, inode flags).
+func (u *FS) branchOf(ctx context.Context, path string) (int, error) {
+	u.kmu.Lock()
+	k, ok := u.knownNow(path)
+	u.kmu.Unlock()
+	if ok && k.br != nil {
+		return k.br[0], nil
+	}
+	o, err := u.resolve(ctx, path)
+	if err != nil {
+		return -1, err
+	}
+	return o.top(), nil
+}
+
 // shows gives o's attributes what the union shows of them (before a
 // copy's origin): a merged directory's link count, the branch's tag.
 func (u *FS) shows(o *obj) {
@@ -528,11 +544,11 @@ func (u *FS) Getattr(ctx context.Context, path string) (layer.Attr, error) {
 }
 
 func (u *FS) Readlink(ctx context.Context, path string) (string, error) {
-	o, err := u.resolve(ctx, path)
+	i, err := u.branchOf(ctx, path)
 	if err != nil {
 		return "", err
 	}
-	return u.b[o.top()].FS.Readlink(ctx, path)
+	return u.b[i].FS.Readlink(ctx, path)
 }
 
 // own reports whether an xattr name is the union's (overlayfs's marks,
@@ -545,20 +561,20 @@ func (u *FS) Getxattr(ctx context.Context, path, name string, dest []byte) (int,
 	if u.own(name) {
 		return 0, syscall.ENODATA
 	}
-	o, err := u.resolve(ctx, path)
+	i, err := u.branchOf(ctx, path)
 	if err != nil {
 		return 0, err
 	}
-	return u.b[o.top()].FS.Getxattr(ctx, path, name, dest)
+	return u.b[i].FS.Getxattr(ctx, path, name, dest)
 }
 
 // Listxattr leaves overlayfs's attributes out.
 func (u *FS) Listxattr(ctx context.Context, path string, dest []byte) (int, error) {
-	o, err := u.resolve(ctx, path)
+	i, err := u.branchOf(ctx, path)
 	if err != nil {
 		return 0, err
 	}
-	l := u.b[o.top()].FS
+	l := u.b[i].FS
 	n, err := l.Listxattr(ctx, path, nil)
 	if err != nil {
 		return 0, err
@@ -1378,11 +1394,11 @@ func (u *FS) LinkFile(ctx context.Context, f layer.File, newpath string) (layer.
 
 // GetFlags gives the inode flags of the object's first branch.
 func (u *FS) GetFlags(ctx context.Context, path string) (uint32, error) {
-	o, err := u.resolve(ctx, path)
+	i, err := u.branchOf(ctx, path)
 	if err != nil {
 		return 0, err
 	}
-	return u.b[o.top()].FS.GetFlags(ctx, path)
+	return u.b[i].FS.GetFlags(ctx, path)
 }
 
 // SetFlags copies the object up first, as any change of its attributes.
