@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -174,5 +175,66 @@ func TestUnionKnownNames(t *testing.T) {
 	}
 	if _, err := os.Stat(m.Path("d", "new")); !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("a name of the removed directory: %v", err)
+	}
+}
+
+// TestUnionListingsKept: the kernel keeps a union's directory listings
+// (layer.Exclusive) and the attributes it was given; every change through
+// the mount shows in the next listing and stat: creates, removals of upper
+// and lower names (whiteouts), renames between directories, a directory
+// removed and made again, a copy-up.
+func TestUnionListingsKept(t *testing.T) {
+	up, lo := t.TempDir(), t.TempDir()
+	write(t, filepath.Join(lo, "a", "x"), "x\n")
+	write(t, filepath.Join(lo, "a", "y"), "y\n")
+	write(t, filepath.Join(lo, "b", "z"), "z\n")
+	m := mountUnion(t, up, lo)
+	list := func(dir string, want ...string) {
+		t.Helper()
+		for i := 0; i < 2; i++ { // the second listing is the kernel's
+			got := names(t, m.Path(dir))
+			sort.Strings(want)
+			if strings.Join(got, ",") != strings.Join(want, ",") {
+				t.Fatalf("%s lists %v, want %v", dir, got, want)
+			}
+		}
+	}
+	list("a", "x", "y")
+	list("b", "z")
+	write(t, m.Path("a", "new"), "new\n")
+	list("a", "new", "x", "y")
+	if err := os.Remove(m.Path("a", "x")); err != nil {
+		t.Fatal(err)
+	}
+	list("a", "new", "y")
+	if err := os.Rename(m.Path("a", "y"), m.Path("b", "y")); err != nil {
+		t.Fatal(err)
+	}
+	list("a", "new")
+	list("b", "y", "z")
+	fi, err := os.Stat(m.Path("b", "z"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(m.Path("b", "z"), []byte("longer z\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if fi2, err := os.Stat(m.Path("b", "z")); err != nil || fi2.Size() != 9 || !os.SameFile(fi, fi2) {
+		t.Fatalf("z after its copy-up: %v, %v (same file: %v)", fi2, err, err == nil && os.SameFile(fi, fi2))
+	}
+	if err := os.RemoveAll(m.Path("a")); err != nil {
+		t.Fatal(err)
+	}
+	list("", "b")
+	if err := os.Mkdir(m.Path("a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	list("", "a", "b")
+	list("a")
+	if err := os.Chmod(m.Path("b"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(m.Path("b")); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("b after chmod: %v, %v", fi, err)
 	}
 }

@@ -134,7 +134,12 @@ func (u *FS) Lowers() []layer.FS {
 }
 
 func (u *FS) Changes() layer.Changes { return layer.ChangesPlacement }
-func (u *FS) Close() error           { return nil }
+
+// Exclusive: the union sees its branches' changes only when it makes them
+// (what it knows of names and directories is kept until then), as
+// overlayfs does; the kernel may keep what it learnt as long.
+func (u *FS) Exclusive() bool { return true }
+func (u *FS) Close() error    { return nil }
 
 // FSCaps: what every branch can do, without RENAME_WHITEOUT (a whiteout
 // is the union's own, as in overlayfs).
