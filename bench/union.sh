@@ -57,7 +57,9 @@
 #                  $CAIRN_BENCH_IMG (default /var/tmp/cairn-union-bench.img,
 #                  16 GiB) and IMG.2 (8 GiB), each on a loop device with
 #                  direct I/O and no discard, and removes them at the end.
-#   --configs      a subset of the configurations above (native is always run)
+#   --configs      a subset of the configurations above (native is always
+#                  run); cairn-noxattr (cairn --no-xattr, the feature set of
+#                  unionfs-fuse, which has no xattrs) runs only when named
 #   --out FILE     also write the result tables (markdown) and the raw
 #                  figures to FILE
 #
@@ -78,7 +80,7 @@ while [ $# -gt 0 ]; do
 	--configs) CONFIGS=$2; shift 2 ;;
 	--compile) COMPILE=1; shift ;;
 	--workloads) WORKLOADS=$2; shift 2 ;;
-	-h|--help) sed -n '2,65p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,67p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "union.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -185,6 +187,8 @@ up() {
 	fuse-overlayfs/rorw) fuse-overlayfs -o "lowerdir=$b,upperdir=$a,workdir=$wk" "$MNT" ;;
 	cairn/rorw) "$CAIRN" mount --log-file "$W/cairn.log" "union:$a:$b" "$MNT" ;;
 	cairn/twodisk) "$CAIRN" mount --log-file "$W/cairn.log" "union(modes=RW+RW,create=epmfs):$a:$b" "$MNT" ;;
+	cairn-noxattr/rorw) "$CAIRN" mount --no-xattr --log-file "$W/cairn.log" "union:$a:$b" "$MNT" ;;
+	cairn-noxattr/twodisk) "$CAIRN" mount --no-xattr --log-file "$W/cairn.log" "union(modes=RW+RW,create=epmfs):$a:$b" "$MNT" ;;
 	unionfs-fuse/rorw) unionfs -o cow "$a=RW:$b=RO" "$MNT" ;;
 	unionfs-fuse/twodisk) unionfs -o cow "$a=RW:$b=RW" "$MNT" ;;
 	mergerfs/rorw) mergerfs "$a=RW:$b=RO" "$MNT" ;;
@@ -201,7 +205,7 @@ down() {
 	for i in $(seq 50); do
 		case "$1" in
 		overlayfs) umount "$MNT" 2>/dev/null ;;
-		cairn) "$CAIRN" umount "$MNT" 2>/dev/null ;;
+		cairn*) "$CAIRN" umount "$MNT" 2>/dev/null ;;
 		*) fusermount3 -u "$MNT" 2>/dev/null ;;
 		esac && break
 		sleep 0.2
@@ -320,8 +324,15 @@ twodisk_run() {
 
 want() { [ -z "$CONFIGS" ] || [ "$1" = native ] || case ",$CONFIGS," in *,"$1",*) true ;; *) false ;; esac; }
 RORW=() TWO=()
-for c in native overlayfs cairn fuse-overlayfs unionfs-fuse mergerfs; do want "$c" && RORW+=("$c"); done
-for c in native cairn mergerfs unionfs-fuse; do want "$c" && TWO+=("$c"); done
+# cairn-noxattr (cairn --no-xattr: no extended attributes, the feature set
+# of unionfs-fuse as Debian builds it) only when --configs names it.
+named() { case ",$CONFIGS," in *,"$1",*) true ;; *) false ;; esac; }
+for c in native overlayfs cairn cairn-noxattr fuse-overlayfs unionfs-fuse mergerfs; do
+	want "$c" && { [ "$c" != cairn-noxattr ] || named "$c"; } && RORW+=("$c")
+done
+for c in native cairn cairn-noxattr mergerfs unionfs-fuse; do
+	want "$c" && { [ "$c" != cairn-noxattr ] || named "$c"; } && TWO+=("$c")
+done
 
 echo "load average at start: $(cat /proc/loadavg)" >&2
 for r in $(seq 1 "$RUNS"); do
@@ -384,7 +395,7 @@ END {
 			best = ""; bv = 0
 			for (c = 1; c <= nc; c++) {
 				p = cf[c]
-				if (p == "native" || p == "overlayfs" || p == "cairn" || !(p in med)) continue
+				if (p == "native" || p == "overlayfs" || p ~ /^cairn/ || !(p in med)) continue
 				if (best == "" || (tput(op) ? med[p] > bv : med[p] < bv)) { best = p; bv = med[p] }
 			}
 			if (best != "") r3 = sprintf("%.2fx (%s)", tput(op) ? bv / cm : cm / bv, best)

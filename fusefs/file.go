@@ -198,6 +198,13 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 	}
 	d := &dir{n: n, path: p, ds: ds}
 	n.st.dirOpened(d)
+	if n.st.cacheDirs {
+		// The kernel keeps the listing from one opendir to the next
+		// (FOPEN_CACHE_DIR, FOPEN_KEEP_CACHE) and drops it when it
+		// changes the directory (a create, a removal, a rename) or
+		// sees its mtime change.
+		return d, fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, 0
+	}
 	return d, 0, 0
 }
 

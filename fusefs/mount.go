@@ -28,7 +28,10 @@ type Options struct {
 	// system checks them, as the daemon runs with them (see Mount).
 	AllowOther bool
 	// Timeouts of the kernel's caches of entries, attributes and missing
-	// names. Zero values take the defaults below; negative ones disable.
+	// names. Zero values take the defaults below (ExclusiveTimeout for a
+	// stack whose lowers change only through it, whose directory listings
+	// the kernel then keeps too, unless AttrTimeout is set); negative
+	// ones disable.
 	EntryTimeout, AttrTimeout, NegativeTimeout time.Duration
 	// NoPassthrough disables FUSE passthrough even where it is safe.
 	NoPassthrough bool
@@ -54,6 +57,11 @@ const (
 	DefaultEntryTimeout    = time.Second
 	DefaultAttrTimeout     = time.Second
 	DefaultNegativeTimeout = time.Second
+	// ExclusiveTimeout replaces the three for a stack whose lowers change
+	// only through it (layer.IsExclusive): the kernel keeps names,
+	// attributes and missing names until they change through the mount
+	// (or memory runs short), as fuse-overlayfs lets it.
+	ExclusiveTimeout = 24 * time.Hour
 )
 
 // Server is a mounted stack.
@@ -183,8 +191,10 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 	if err := CheckMountpoint(mountpoint, o.LowerDirs); err != nil {
 		return nil, err
 	}
+	exclusive := layer.IsExclusive(top)
 	st := &state{
 		top:         top,
+		cacheDirs:   exclusive && o.AttrTimeout == 0,
 		passthrough: !o.NoPassthrough,
 		fscaps:      layer.FSCapsOf(top),
 		finds:       layer.CanFind(top),
@@ -298,11 +308,15 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 	if o.AllowOther {
 		mopts.Options = append(mopts.Options, "default_permissions")
 	}
+	entry, attr, negative := DefaultEntryTimeout, DefaultAttrTimeout, DefaultNegativeTimeout
+	if exclusive {
+		entry, attr, negative = ExclusiveTimeout, ExclusiveTimeout, ExclusiveTimeout
+	}
 	opts := &fs.Options{
 		MountOptions:    mopts,
-		EntryTimeout:    timeout(o.EntryTimeout, DefaultEntryTimeout),
-		AttrTimeout:     timeout(o.AttrTimeout, DefaultAttrTimeout),
-		NegativeTimeout: timeout(o.NegativeTimeout, DefaultNegativeTimeout),
+		EntryTimeout:    timeout(o.EntryTimeout, entry),
+		AttrTimeout:     timeout(o.AttrTimeout, attr),
+		NegativeTimeout: timeout(o.NegativeTimeout, negative),
 		RootStableAttr:  &fs.StableAttr{Mode: syscall.S_IFDIR, Ino: rootIno, Gen: st.root.id.Gen},
 		// Report the lower's permission bits exactly: without this, go-fuse
 		// turns mode 0000 into 0644 (0755 for directories), and the kernel

@@ -32,6 +32,7 @@ type state struct {
 	root        *node
 	inos        inoMap
 	finds       bool  // the stack finds objects by identity (layer.CanFind): file handles work
+	cacheDirs   bool  // the kernel keeps directory listings (see Options.AttrTimeout)
 	known       known // what finding them needs (see handles.go)
 	handMu      sync.Mutex
 	handed      map[<-chan struct{}][]*file // by request: descriptors handed to the kernel

@@ -428,3 +428,29 @@ func Errno(err error) syscall.Errno {
 }
 
 var errInvalidSeek = syscall.EINVAL
+
+// Exclusive is an optional interface of FS: a layer that keeps what it has
+// learnt of its lowers (the union: where each name is) and sees their
+// changes only when it makes them says so, as overlayfs does: changes made
+// to its lowers behind its back are undefined. The frontend then lets the
+// kernel keep names, attributes and directory listings until they change
+// through the mount, instead of for a second (see IsExclusive).
+type Exclusive interface {
+	Exclusive() bool
+}
+
+// IsExclusive reports whether fs is Exclusive, or a layer of one lower over
+// one that is (a snoop over a union): nothing below it changes but
+// through the stack, or the change is undefined anyway.
+func IsExclusive(fs FS) bool {
+	for {
+		if e, ok := fs.(Exclusive); ok && e.Exclusive() {
+			return true
+		}
+		ls := fs.Lowers()
+		if len(ls) != 1 {
+			return false
+		}
+		fs = ls[0]
+	}
+}

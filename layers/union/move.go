@@ -69,6 +69,7 @@ func (m *movable) move(ctx context.Context, i int) error {
 		return nil // another write moved it
 	}
 	u, self := m.u, layer.AsSelf(ctx)
+	defer u.change()()
 	src := u.b[i].FS
 	la, err := m.lower.Getattr(ctx)
 	if err != nil {

@@ -62,9 +62,20 @@ type FS struct {
 	// ownTmp begins this daemon's temporary names; others' are left
 	// by a crash, and removed when their directory is listed.
 	ownTmp string
+
+	// known caches the resolutions of names, present and absent (see
+	// knownOf): valid while gen is unchanged, and neither used nor kept
+	// while the union is changing its branches (busy).
+	kmu   sync.Mutex
+	gen   uint64
+	busy  int
+	known map[string]knownName
 }
 
-const maxDirs = 1 << 14
+const (
+	maxDirs  = 1 << 14
+	maxKnown = 1 << 16
+)
 
 // Options configure a union.
 type Options struct {
@@ -104,7 +115,7 @@ func New(branches []fanout.Branch, o Options) (*FS, error) {
 			rw++
 		}
 	}
-	u := &FS{b: branches, policy: policy, log: slog.Default(), dirs: map[string][]int{}, move: o.MoveOnENOSPC && rw > 1,
+	u := &FS{b: branches, policy: policy, log: slog.Default(), dirs: map[string][]int{}, known: map[string]knownName{}, move: o.MoveOnENOSPC && rw > 1,
 		ownTmp: fmt.Sprintf("%s%d.", tmpPrefix, unix.Getpid())}
 	for _, b := range branches {
 		u.meta = append(u.meta, layer.NewMeta(b.FS, "union"))
@@ -123,7 +134,12 @@ func (u *FS) Lowers() []layer.FS {
 }
 
 func (u *FS) Changes() layer.Changes { return layer.ChangesPlacement }
-func (u *FS) Close() error           { return nil }
+
+// Exclusive: the union sees its branches' changes only when it makes them
+// (what it knows of names and directories is kept until then), as
+// overlayfs does; the kernel may keep what it learnt as long.
+func (u *FS) Exclusive() bool { return true }
+func (u *FS) Close() error    { return nil }
 
 // FSCaps: what every branch can do, without RENAME_WHITEOUT (a whiteout
 // is the union's own, as in overlayfs).
@@ -219,12 +235,132 @@ func (u *FS) resolve(ctx context.Context, path string) (*obj, error) {
 	return o, err
 }
 
+// knownName is what a resolution found: the branches of the name (nil:
+// absent), the whiteout that ended the search of an absent name (-1:
+// none), and a copy's origin.
+type knownName struct {
+	gen uint64
+	br  []int
+	wh  int
+	id  *shown
+}
+
+// Resolutions are cached until the union changes anything: every
+// operation that changes a branch (a create, a removal, a rename, a
+// copy-up, a link made at lookup, a file moved off a full branch) runs
+// between change() and its end, which forgets everything known and keeps
+// lookups made meanwhile from being remembered. A name looked up twice with
+// no change between costs its branches nothing the second time (its
+// attributes are read from the branch that shows it); a name absent from
+// every branch costs one lookup per branch, once: creates, which the kernel
+// precedes with a lookup of the name, find it known absent. Changes made to
+// the branches behind the union's back are, as with overlayfs, not seen
+// until the union changes something itself.
+
+// change begins a change of the branches; the function it returns ends it.
+func (u *FS) change() func() {
+	u.kmu.Lock()
+	u.busy++
+	u.gen++
+	u.kmu.Unlock()
+	return func() {
+		u.kmu.Lock()
+		u.busy--
+		u.gen++
+		u.kmu.Unlock()
+	}
+}
+
+// changeAt is change, with what was known of path just before it began.
+func (u *FS) changeAt(path string) (knownName, bool, func()) {
+	u.kmu.Lock()
+	k, ok := u.knownNow(path)
+	u.busy++
+	u.gen++
+	u.kmu.Unlock()
+	return k, ok, func() {
+		u.kmu.Lock()
+		u.busy--
+		u.gen++
+		u.kmu.Unlock()
+	}
+}
+
+// knownNow is what is known of path now (kmu held).
+func (u *FS) knownNow(path string) (knownName, bool) {
+	if u.busy > 0 {
+		return knownName{}, false
+	}
+	k, ok := u.known[path]
+	return k, ok && k.gen == u.gen
+}
+
 // lookup is resolve that also says, when path is not found, which branch
 // holds the whiteout that ended the search (-1: none).
 func (u *FS) lookup(ctx context.Context, path string) (*obj, int, error) {
 	if isTmp(lastName(path)) || path == indexDir {
 		return nil, -1, syscall.ENOENT
 	}
+	u.kmu.Lock()
+	k, ok := u.knownNow(path)
+	gen, quiet := u.gen, u.busy == 0
+	u.kmu.Unlock()
+	if ok {
+		if k.br == nil {
+			return nil, k.wh, syscall.ENOENT
+		}
+		if a, err := u.b[k.br[0]].FS.Getattr(ctx, path); err == nil {
+			o := &obj{br: k.br, a: a, id: k.id}
+			u.shows(o)
+			o.id.apply(&o.a)
+			return o, -1, nil
+		}
+	}
+	o, wh, err := u.search(ctx, path)
+	if quiet && (err == nil || errors.Is(err, syscall.ENOENT)) {
+		u.kmu.Lock()
+		if u.gen == gen && u.busy == 0 {
+			if len(u.known) >= maxKnown {
+				clear(u.known)
+			}
+			k := knownName{gen: gen, wh: wh}
+			if o != nil {
+				k.br, k.id = o.br, o.id
+			}
+			u.known[path] = k
+		}
+		u.kmu.Unlock()
+	}
+	return o, wh, err
+}
+
+// branchOf is the branch that shows path: what is known, without asking
+// it for the attributes (getxattr, listxattr, readlink, inode flags).
+func (u *FS) branchOf(ctx context.Context, path string) (int, error) {
+	u.kmu.Lock()
+	k, ok := u.knownNow(path)
+	u.kmu.Unlock()
+	if ok && k.br != nil {
+		return k.br[0], nil
+	}
+	o, err := u.resolve(ctx, path)
+	if err != nil {
+		return -1, err
+	}
+	return o.top(), nil
+}
+
+// shows gives o's attributes what the union shows of them (before a
+// copy's origin): a merged directory's link count, the branch's tag.
+func (u *FS) shows(o *obj) {
+	if len(o.br) > 1 {
+		o.a.Nlink = 1 // merged: unknown, as overlayfs says (find knows)
+	}
+	layer.TagBranch(&o.a, o.top(), len(u.b))
+}
+
+// search looks path up in the branches (lookup, without what is known).
+func (u *FS) search(ctx context.Context, path string) (*obj, int, error) {
 	var cand []int
 	if path == "" {
 		for i := range u.b {
@@ -270,10 +406,7 @@ func (u *FS) lookup(ctx context.Context, path string) (*obj, int, error) {
 	if o == nil {
 		return nil, wh, syscall.ENOENT
 	}
-	if len(o.br) > 1 {
-		o.a.Nlink = 1 // merged: unknown, as overlayfs says (find knows)
-	}
-	layer.TagBranch(&o.a, o.top(), len(u.b))
+	u.shows(o)
 	if o.a.IsRegular() && o.a.Nlink > 1 && !u.writable(o.top()) {
 		// Another name of this file may have been copied up: then this
 		// one is linked to the copy.
@@ -281,7 +414,7 @@ func (u *FS) lookup(ctx context.Context, path string) (*obj, int, error) {
 			if err != nil {
 				return nil, -1, err
 			}
-			return u.lookup(ctx, path)
+			return u.search(ctx, path)
 		}
 	}
 	o.id = u.origin(ctx, o.top(), path, &o.a)
@@ -303,6 +436,7 @@ func (u *FS) linkUp(ctx context.Context, path string, o *obj) (bool, error) {
 	if _, err := u.b[w].FS.Getattr(self, idx); err != nil {
 		return false, nil
 	}
+	defer u.change()()
 	dir, _ := layer.Split(path)
 	if err := u.ensureDir(ctx, w, dir); err != nil {
 		return false, err
@@ -415,11 +549,11 @@ func (u *FS) Getattr(ctx context.Context, path string) (layer.Attr, error) {
 }
 
 func (u *FS) Readlink(ctx context.Context, path string) (string, error) {
-	o, err := u.resolve(ctx, path)
+	i, err := u.branchOf(ctx, path)
 	if err != nil {
 		return "", err
 	}
-	return u.b[o.top()].FS.Readlink(ctx, path)
+	return u.b[i].FS.Readlink(ctx, path)
 }
 
 // own reports whether an xattr name is the union's (overlayfs's marks,
@@ -432,20 +566,20 @@ func (u *FS) Getxattr(ctx context.Context, path, name string, dest []byte) (int,
 	if u.own(name) {
 		return 0, syscall.ENODATA
 	}
-	o, err := u.resolve(ctx, path)
+	i, err := u.branchOf(ctx, path)
 	if err != nil {
 		return 0, err
 	}
-	return u.b[o.top()].FS.Getxattr(ctx, path, name, dest)
+	return u.b[i].FS.Getxattr(ctx, path, name, dest)
 }
 
 // Listxattr leaves overlayfs's attributes out.
 func (u *FS) Listxattr(ctx context.Context, path string, dest []byte) (int, error) {
-	o, err := u.resolve(ctx, path)
+	i, err := u.branchOf(ctx, path)
 	if err != nil {
 		return 0, err
 	}
-	l := u.b[o.top()].FS
+	l := u.b[i].FS
 	n, err := l.Listxattr(ctx, path, nil)
 	if err != nil {
 		return 0, err
@@ -530,6 +664,7 @@ func (u *FS) Open(ctx context.Context, path string, flags int) (layer.File, erro
 	}
 	i, id := o.top(), o.id
 	if writes(flags) && !o.a.IsDir() && !u.writable(i) {
+		defer u.change()()
 		if i, err = u.copyUp(ctx, path, o); err != nil {
 			return nil, err
 		}
@@ -547,6 +682,7 @@ func (u *FS) Open(ctx context.Context, path string, flags int) (layer.File, erro
 // Setattr copies the object up first (metadata and data alike: a chmod of
 // a lower file copies its data too; see docs/union.md).
 func (u *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (layer.Attr, error) {
+	defer u.change()()
 	i, err := u.changing(ctx, path)
 	if err != nil {
 		return layer.Attr{}, err
@@ -571,6 +707,7 @@ func (u *FS) changing(ctx context.Context, path string) (int, error) {
 }
 
 func (u *FS) Setxattr(ctx context.Context, path, name string, value []byte, flags int) error {
+	defer u.change()()
 	if u.own(name) {
 		return syscall.EPERM
 	}
@@ -582,6 +719,7 @@ func (u *FS) Setxattr(ctx context.Context, path, name string, value []byte, flag
 }
 
 func (u *FS) Removexattr(ctx context.Context, path, name string) error {
+	defer u.change()()
 	if u.own(name) {
 		return syscall.ENODATA
 	}
@@ -592,19 +730,25 @@ func (u *FS) Removexattr(ctx context.Context, path, name string) error {
 	return u.b[i].FS.Removexattr(ctx, path, name)
 }
 
-// newEntry prepares the creation of path: it must not exist; it returns
+// newEntry prepares the creation of path: it must not exist (k: what was
+// known of it as the change began, if known); it returns
 // the branch that gets it (the policy's choice among the RW branches where
 // the new name will be seen), with path's directory there, and whether a
 // whiteout there must be replaced.
-func (u *FS) newEntry(ctx context.Context, path string) (int, bool, error) {
+func (u *FS) newEntry(ctx context.Context, path string, k knownName, known bool) (int, bool, error) {
 	if path == "" {
 		return -1, false, syscall.EEXIST
 	}
-	_, wh, err := u.lookup(ctx, path)
-	if err == nil {
+	wh := k.wh
+	if !known {
+		var err error
+		if _, wh, err = u.lookup(ctx, path); err == nil {
+			return -1, false, syscall.EEXIST
+		} else if !errors.Is(err, syscall.ENOENT) {
+			return -1, false, err
+		}
+	} else if k.br != nil {
 		return -1, false, syscall.EEXIST
-	} else if !errors.Is(err, syscall.ENOENT) {
-		return -1, false, err
 	}
 	dir, _ := layer.Split(path)
 	// The new name is seen if it is on a branch up to the directory's
@@ -694,7 +838,9 @@ func (u *FS) remove(ctx context.Context, i int, p string) {
 }
 
 func (u *FS) Create(ctx context.Context, path string, flags int, mode uint32) (layer.File, layer.Attr, error) {
-	i, wh, err := u.newEntry(ctx, path)
+	k, known, done := u.changeAt(path)
+	defer done()
+	i, wh, err := u.newEntry(ctx, path, k, known)
 	if errors.Is(err, syscall.EEXIST) && flags&unix.O_EXCL == 0 {
 		f, err := u.Open(ctx, path, flags&^unix.O_CREAT)
 		if err != nil {
@@ -725,7 +871,9 @@ func (u *FS) Create(ctx context.Context, path string, flags int, mode uint32) (l
 // Mkdir over a whiteout makes an opaque directory: what was below the
 // removed name stays hidden.
 func (u *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, error) {
-	i, wh, err := u.newEntry(ctx, path)
+	k, known, done := u.changeAt(path)
+	defer done()
+	i, wh, err := u.newEntry(ctx, path, k, known)
 	if err != nil {
 		return layer.Attr{}, err
 	}
@@ -753,7 +901,9 @@ func (u *FS) Symlink(ctx context.Context, target, path string) (layer.Attr, erro
 }
 
 func (u *FS) make(ctx context.Context, path string, mk func(l layer.FS, p string) (layer.Attr, error)) (layer.Attr, error) {
-	i, wh, err := u.newEntry(ctx, path)
+	k, known, done := u.changeAt(path)
+	defer done()
+	i, wh, err := u.newEntry(ctx, path, k, known)
 	if err != nil {
 		return layer.Attr{}, err
 	}
@@ -765,6 +915,7 @@ func (u *FS) make(ctx context.Context, path string, mk func(l layer.FS, p string
 
 // Link links on the branch of the (copied up) file.
 func (u *FS) Link(ctx context.Context, oldpath, newpath string) (layer.Attr, error) {
+	defer u.change()()
 	o, err := u.resolve(ctx, oldpath)
 	if err != nil {
 		return layer.Attr{}, err
@@ -843,6 +994,7 @@ func contains(s []int, i int) bool {
 // later branch, a whiteout takes its place (atomically: made at a
 // temporary name, then renamed over the file).
 func (u *FS) Unlink(ctx context.Context, path string) error {
+	defer u.change()()
 	o, err := u.resolve(ctx, path)
 	if err != nil {
 		return err
@@ -854,6 +1006,7 @@ func (u *FS) Unlink(ctx context.Context, path string) error {
 }
 
 func (u *FS) Rmdir(ctx context.Context, path string) error {
+	defer u.change()()
 	if path == "" {
 		return syscall.EBUSY
 	}
@@ -1014,6 +1167,7 @@ func (u *FS) clearDir(ctx context.Context, i int, path string) error {
 // without redirect_dir: mv then copies it). The old name gets a whiteout
 // if it would uncover a later branch's object.
 func (u *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32) error {
+	defer u.change()()
 	if flags == unix.RENAME_EXCHANGE {
 		if oldpath == "" || newpath == "" || strings.HasPrefix(oldpath, newpath+"/") || strings.HasPrefix(newpath, oldpath+"/") {
 			return syscall.EINVAL
@@ -1195,6 +1349,7 @@ func (u *FS) exchange(ctx context.Context, a, b string) error {
 // Tmpfile makes a file with no name on the first RW branch where a name in
 // dir would be seen, with dir there.
 func (u *FS) Tmpfile(ctx context.Context, dir string, flags int, mode uint32) (layer.File, layer.Attr, error) {
+	defer u.change()()
 	i, err := u.chooseBranch(ctx, dir, layer.Join(dir, "tmpfile"), -1)
 	if err != nil {
 		return nil, layer.Attr{}, err
@@ -1210,6 +1365,7 @@ func (u *FS) Tmpfile(ctx context.Context, dir string, flags int, mode uint32) (l
 // LinkFile names an open file of the union (a tmpfile's) on its branch;
 // EXDEV where the name would not be seen there.
 func (u *FS) LinkFile(ctx context.Context, f layer.File, newpath string) (layer.Attr, error) {
+	defer u.change()()
 	var lf layer.File
 	var i int
 	switch x := f.(type) {
@@ -1243,15 +1399,16 @@ func (u *FS) LinkFile(ctx context.Context, f layer.File, newpath string) (layer.
 
 // GetFlags gives the inode flags of the object's first branch.
 func (u *FS) GetFlags(ctx context.Context, path string) (uint32, error) {
-	o, err := u.resolve(ctx, path)
+	i, err := u.branchOf(ctx, path)
 	if err != nil {
 		return 0, err
 	}
-	return u.b[o.top()].FS.GetFlags(ctx, path)
+	return u.b[i].FS.GetFlags(ctx, path)
 }
 
 // SetFlags copies the object up first, as any change of its attributes.
 func (u *FS) SetFlags(ctx context.Context, path string, flags uint32) error {
+	defer u.change()()
 	i, err := u.changing(ctx, path)
 	if err != nil {
 		return err
