@@ -3,6 +3,7 @@ package union_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -237,4 +239,66 @@ func TestUnionListingsKept(t *testing.T) {
 	if fi, err := os.Stat(m.Path("b")); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("b after chmod: %v, %v", fi, err)
 	}
+}
+
+// TestUnionShared: with shared = true (mergerfs's use, branches also
+// written outside the union) a name made, removed or changed directly in a
+// branch shows through the mount within the kernel's timeouts (1 s), and
+// the union is not layer.Exclusive.
+func TestUnionShared(t *testing.T) {
+	up, lo := t.TempDir(), t.TempDir()
+	write(t, filepath.Join(lo, "a", "x"), "x\n")
+	u, err := union.New([]fanout.Branch{{FS: localFS(t, up), Mode: fanout.RW}, {FS: localFS(t, lo), Mode: fanout.RW}}, union.Options{Shared: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { layer.CloseStack(u) })
+	if layer.IsExclusive(u) {
+		t.Fatal("a shared union says it is exclusive")
+	}
+	m := mounttest.Mount(t, u)
+	// Learn everything first: the listing, a present and a missing name.
+	if got := strings.Join(names(t, m.Path("a")), ","); got != "x" {
+		t.Fatalf("a lists %s", got)
+	}
+	if _, err := os.Stat(m.Path("a", "y")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a/y before: %v", err)
+	}
+	if _, err := os.Stat(m.Path("b")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("b before: %v", err)
+	}
+	// Change the branches behind the union's back.
+	write(t, filepath.Join(lo, "a", "y"), "y\n")
+	write(t, filepath.Join(up, "b", "z"), "z\n")
+	write(t, filepath.Join(up, "a", "x"), "upper x\n")
+	shows := func() error {
+		if got := strings.Join(names(t, m.Path("a")), ","); got != "x,y" {
+			return fmt.Errorf("a lists %s", got)
+		}
+		if b, err := os.ReadFile(m.Path("a", "x")); err != nil || string(b) != "upper x\n" {
+			return fmt.Errorf("a/x reads %q, %v", b, err)
+		}
+		if b, err := os.ReadFile(m.Path("b", "z")); err != nil || string(b) != "z\n" {
+			return fmt.Errorf("b/z reads %q, %v", b, err)
+		}
+		return nil
+	}
+	var last error
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if last = shows(); last == nil {
+			break
+		}
+	}
+	if last != nil {
+		t.Fatalf("changes made in the branches do not show: %v", last)
+	}
+	if err := os.Remove(filepath.Join(lo, "a", "y")); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if _, last = os.Stat(m.Path("a", "y")); errors.Is(last, os.ErrNotExist) {
+			return
+		}
+	}
+	t.Fatalf("a/y removed from its branch still shows: %v", last)
 }

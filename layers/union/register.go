@@ -26,6 +26,8 @@ func init() {
 				Help: "free space below which a RW lower gets no new objects (mergerfs's minfreespace; 0: none)"},
 			{Name: "moveonenospc", Kind: registry.Bool, Default: false,
 				Help: "a file whose RW lower fills up moves to the RW lower with the most free space and the write is tried again (files open for writing are then not passed through)"},
+			{Name: "shared", Kind: registry.Bool, Default: false,
+				Help: "others change the lowers too (mergerfs's use: disks also written outside the union): the union keeps no names of its own and the kernel keeps names and attributes for the mount's timeouts (1 s), so changes made in a lower show within them; default false (overlayfs's rule: the lowers change only through the union, which then keeps what it learns until it changes something, and the kernel for 24 h)"},
 			{Name: "create", Kind: registry.String, Default: "ff", Allowed: fanout.PolicyNames(),
 				Help: "where a new object goes among the RW lowers that would show it: " + strings.Join(fanout.PolicyNames(), ", ") + " (mergerfs's create policies)"},
 		},
@@ -60,7 +62,7 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			return New(bs, Options{Policy: p, MoveOnENOSPC: o.Bool("moveonenospc")})
+			return New(bs, Options{Policy: p, MoveOnENOSPC: o.Bool("moveonenospc"), Shared: o.Bool("shared")})
 		},
 	})
 }

@@ -70,6 +70,8 @@ type FS struct {
 	gen   uint64
 	busy  int
 	known map[string]knownName
+	// shared: keep no resolution (Options.Shared).
+	shared bool
 }
 
 const (
@@ -85,6 +87,11 @@ type Options struct {
 	// MoveOnENOSPC moves a file that fills its branch to another (see
 	// movable).
 	MoveOnENOSPC bool
+	// Shared says that others change the branches too (mergerfs's use:
+	// disks also written outside the union): the union then keeps no
+	// resolution of names or directories, and is not layer.Exclusive, so
+	// the kernel keeps what it learns for its usual timeouts only.
+	Shared bool
 }
 
 // New builds a union of branches.
@@ -116,7 +123,7 @@ func New(branches []fanout.Branch, o Options) (*FS, error) {
 		}
 	}
 	u := &FS{b: branches, policy: policy, log: slog.Default(), dirs: map[string][]int{}, known: map[string]knownName{}, move: o.MoveOnENOSPC && rw > 1,
-		ownTmp: fmt.Sprintf("%s%d.", tmpPrefix, unix.Getpid())}
+		shared: o.Shared, ownTmp: fmt.Sprintf("%s%d.", tmpPrefix, unix.Getpid())}
 	for _, b := range branches {
 		u.meta = append(u.meta, layer.NewMeta(b.FS, "union"))
 	}
@@ -137,8 +144,9 @@ func (u *FS) Changes() layer.Changes { return layer.ChangesPlacement }
 
 // Exclusive: the union sees its branches' changes only when it makes them
 // (what it knows of names and directories is kept until then), as
-// overlayfs does; the kernel may keep what it learnt as long.
-func (u *FS) Exclusive() bool { return true }
+// overlayfs does; the kernel may keep what it learnt as long. A shared
+// union (Options.Shared) keeps nothing and is not exclusive.
+func (u *FS) Exclusive() bool { return !u.shared }
 func (u *FS) Close() error    { return nil }
 
 // FSCaps: what every branch can do, without RENAME_WHITEOUT (a whiteout
@@ -208,6 +216,9 @@ func (u *FS) dirBranches(ctx context.Context, path string) ([]int, error) {
 	}
 	if !o.a.IsDir() {
 		return nil, syscall.ENOTDIR
+	}
+	if u.shared {
+		return o.br, nil
 	}
 	u.mu.Lock()
 	if len(u.dirs) >= maxDirs {
@@ -288,7 +299,7 @@ func (u *FS) changeAt(path string) (knownName, bool, func()) {
 
 // knownNow is what is known of path now (kmu held).
 func (u *FS) knownNow(path string) (knownName, bool) {
-	if u.busy > 0 {
+	if u.busy > 0 || u.shared {
 		return knownName{}, false
 	}
 	k, ok := u.known[path]
@@ -317,7 +328,7 @@ func (u *FS) lookup(ctx context.Context, path string) (*obj, int, error) {
 		}
 	}
 	o, wh, err := u.search(ctx, path)
-	if quiet && (err == nil || errors.Is(err, syscall.ENOENT)) {
+	if quiet && !u.shared && (err == nil || errors.Is(err, syscall.ENOENT)) {
 		u.kmu.Lock()
 		if u.gen == gen && u.busy == 0 {
 			if len(u.known) >= maxKnown {
