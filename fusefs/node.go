@@ -263,28 +263,31 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	var a layer.Attr
-	var err error
-	p := ""
-	if d, ok := f.(*dir); ok && d.gone.Load() != nil {
-		fillAttr(d.gone.Load(), &out.Attr)
-		return 0
-	}
-	if fh, ok := f.(*file); ok {
-		a, err = fh.f.Getattr(callerCtx(ctx))
-	} else {
-		var ok bool
-		if p, ok = n.path(); !ok {
-			return syscall.ENOENT
-		}
-		a, err = n.st.top.Getattr(callerCtx(ctx), p)
-	}
-	if err != nil {
-		return n.st.errno("getattr", p, err)
+	a, errno := n.getattr(ctx, f)
+	if errno != 0 {
+		return errno
 	}
 	fillAttr(&a, &out.Attr)
 	out.Ino = n.StableAttr().Ino
 	return 0
+}
+
+// getattr gives the attributes of the node, through its open file f if
+// there is one (GETATTR, STATX).
+func (n *node) getattr(ctx context.Context, f fs.FileHandle) (layer.Attr, syscall.Errno) {
+	if d, ok := f.(*dir); ok && d.gone.Load() != nil {
+		return *d.gone.Load(), 0
+	}
+	if fh, ok := f.(*file); ok {
+		a, err := fh.f.Getattr(callerCtx(ctx))
+		return a, n.st.errno("getattr", fh.path, err)
+	}
+	p, ok := n.path()
+	if !ok {
+		return layer.Attr{}, syscall.ENOENT
+	}
+	a, err := n.st.top.Getattr(callerCtx(ctx), p)
+	return a, n.st.errno("getattr", p, err)
 }
 
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
