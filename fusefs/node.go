@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -42,6 +41,9 @@ type state struct {
 
 	dirsMu   sync.Mutex
 	openDirs map[*node][]*dir // open directory handles, for dirGone
+
+	opensMu sync.Mutex
+	opens   map[*node][]*file // open files, for nodes with no path (see opens.go)
 }
 
 // dirOpened and dirClosed keep state.openDirs.
@@ -122,9 +124,8 @@ func (st *state) creatorCtx(ctx context.Context) context.Context {
 
 type node struct {
 	fs.Inode
-	st  *state
-	id  layer.ID             // the object's identity (see inoMap)
-	tmp atomic.Pointer[file] // a tmpfile's open file, until released (see Tmpfile)
+	st *state
+	id layer.ID // the object's identity (see inoMap)
 }
 
 var (
@@ -328,8 +329,9 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if fh == nil {
 		var ok bool
 		if p, ok = n.path(); !ok {
-			// fchmod, futimens of a tmpfile: through its open file.
-			if fh = n.tmp.Load(); fh == nil {
+			// fchmod, futimens of a file removed while open (or a
+			// tmpfile): through an open file of it.
+			if fh = n.openFile(); fh == nil {
 				return syscall.ENOENT
 			}
 		}
@@ -419,7 +421,13 @@ func inGroup(c *layer.Caller, gid uint32) bool {
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	p, ok := n.path()
 	if !ok {
-		return nil, 0, syscall.ENOENT
+		// Removed, yet the kernel opens it (by file handle): from one of
+		// its open files.
+		lf, fh, errno := n.reopen(ctx, flags)
+		if errno != 0 {
+			return nil, 0, errno
+		}
+		return fh, n.st.openFlags(lf), 0
 	}
 	lf, err := n.st.top.Open(callerCtx(ctx), p, int(flags))
 	if err != nil {
