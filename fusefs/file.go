@@ -45,6 +45,7 @@ func (st *state) newFile(ctx context.Context, f layer.File, path string, ino *fs
 	if fc, ok := ctx.(*fuse.Context); ok {
 		nf.req = fc.Cancel
 	}
+	st.opened(nf)
 	return nf
 }
 
@@ -131,7 +132,7 @@ func (f *file) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 
 func (f *file) Release(ctx context.Context) syscall.Errno {
 	f.closeHanded()
-	f.tmpReleased()
+	f.st.released(f)
 	return f.st.errno("release", f.path, f.f.Release(callerCtx(ctx)))
 }
 

@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -43,6 +42,9 @@ type state struct {
 
 	dirsMu   sync.Mutex
 	openDirs map[*node][]*dir // open directory handles, for dirGone
+
+	opensMu sync.Mutex
+	opens   map[*node][]*file // open files, for nodes with no path (see opens.go)
 }
 
 // dirOpened and dirClosed keep state.openDirs.
@@ -123,9 +125,8 @@ func (st *state) creatorCtx(ctx context.Context) context.Context {
 
 type node struct {
 	fs.Inode
-	st  *state
-	id  layer.ID             // the object's identity (see inoMap)
-	tmp atomic.Pointer[file] // a tmpfile's open file, until released (see Tmpfile)
+	st *state
+	id layer.ID // the object's identity (see inoMap)
 }
 
 var (
@@ -264,28 +265,31 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	var a layer.Attr
-	var err error
-	p := ""
-	if d, ok := f.(*dir); ok && d.gone.Load() != nil {
-		fillAttr(d.gone.Load(), &out.Attr)
-		return 0
-	}
-	if fh, ok := f.(*file); ok {
-		a, err = fh.f.Getattr(callerCtx(ctx))
-	} else {
-		var ok bool
-		if p, ok = n.path(); !ok {
-			return syscall.ENOENT
-		}
-		a, err = n.st.top.Getattr(callerCtx(ctx), p)
-	}
-	if err != nil {
-		return n.st.errno("getattr", p, err)
+	a, errno := n.getattr(ctx, f)
+	if errno != 0 {
+		return errno
 	}
 	fillAttr(&a, &out.Attr)
 	out.Ino = n.StableAttr().Ino
 	return 0
+}
+
+// getattr gives the attributes of the node, through its open file f if
+// there is one (GETATTR, STATX).
+func (n *node) getattr(ctx context.Context, f fs.FileHandle) (layer.Attr, syscall.Errno) {
+	if d, ok := f.(*dir); ok && d.gone.Load() != nil {
+		return *d.gone.Load(), 0
+	}
+	if fh, ok := f.(*file); ok {
+		a, err := fh.f.Getattr(callerCtx(ctx))
+		return a, n.st.errno("getattr", fh.path, err)
+	}
+	p, ok := n.path()
+	if !ok {
+		return layer.Attr{}, syscall.ENOENT
+	}
+	a, err := n.st.top.Getattr(callerCtx(ctx), p)
+	return a, n.st.errno("getattr", p, err)
 }
 
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
@@ -326,8 +330,9 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if fh == nil {
 		var ok bool
 		if p, ok = n.path(); !ok {
-			// fchmod, futimens of a tmpfile: through its open file.
-			if fh = n.tmp.Load(); fh == nil {
+			// fchmod, futimens of a file removed while open (or a
+			// tmpfile): through an open file of it.
+			if fh = n.openFile(); fh == nil {
 				return syscall.ENOENT
 			}
 		}
@@ -417,7 +422,13 @@ func inGroup(c *layer.Caller, gid uint32) bool {
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	p, ok := n.path()
 	if !ok {
-		return nil, 0, syscall.ENOENT
+		// Removed, yet the kernel opens it (by file handle): from one of
+		// its open files.
+		lf, fh, errno := n.reopen(ctx, flags)
+		if errno != 0 {
+			return nil, 0, errno
+		}
+		return fh, n.st.openFlags(lf), 0
 	}
 	lf, err := n.st.top.Open(callerCtx(ctx), p, int(flags))
 	if err != nil {

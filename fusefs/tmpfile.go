@@ -31,31 +31,17 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 		return nil, nil, 0, n.st.errno("tmpfile", p, err)
 	}
 	ch := n.newNode(ctx, &a, out)
-	fh := n.st.newFile(ctx, lf, p, ch, flags)
-	if cn, ok := ch.Operations().(*node); ok {
-		cn.tmp.Store(fh)
-	}
-	return ch, fh, n.st.openFlags(lf), 0
+	return ch, n.st.newFile(ctx, lf, p, ch, flags), n.st.openFlags(lf), 0
 }
 
 // linkFile links node t, which has no path (a tmpfile's), at p through its
 // open file: linkat(2) of /proc/self/fd/N. With no file open there is
 // nothing to link from (the kernel asks only while one is).
 func (n *node) linkFile(ctx context.Context, t *node, p string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	fh := t.tmp.Load()
+	fh := t.openFile()
 	if fh == nil || n.st.fscaps&layer.FSTmpfile == 0 {
 		return nil, syscall.ENOENT
 	}
 	a, err := n.st.top.LinkFile(callerCtx(ctx), fh.f, p)
 	return n.made(ctx, "link", p, a, err, out)
-}
-
-// tmpReleased forgets f as its node's tmpfile.
-func (f *file) tmpReleased() {
-	if f.ino == nil {
-		return
-	}
-	if n, ok := f.ino.Operations().(*node); ok {
-		n.tmp.CompareAndSwap(f, nil)
-	}
 }

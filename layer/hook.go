@@ -494,3 +494,17 @@ func (f *hookedFile) Caps() Caps {
 	}
 	return c
 }
+
+// ReopenFile: the hook sees an open of the file's path (see FileReopener).
+func (f *hookedFile) ReopenFile(ctx context.Context, flags int) (File, error) {
+	path := *f.path.Load()
+	var lf File
+	err := f.h.run(ctx, &Op{Name: "open", Path: path, Flags: flags}, func() (err error) {
+		lf, err = ReopenFile(ctx, f.Lower, flags)
+		return
+	})
+	if err != nil {
+		return nil, err
+	}
+	return f.h.file(ctx, lf, path), nil
+}

@@ -302,6 +302,7 @@ type Attr struct {
 	Gid     uint32
 	Rdev    uint64
 	Blksize uint32
+	Btime   Time // the birth time, where the lower records one (zero where not): statx's stx_btime
 }
 
 // AttrFromStat converts a stat(2) result.
@@ -315,7 +316,7 @@ func AttrFromStat(st *unix.Stat_t) Attr {
 }
 
 // AttrFromStatx converts a statx(2) result; the birth time, where the
-// lower gives one, is the generation (Attr.Gen).
+// lower gives one, is also the generation (Attr.Gen).
 func AttrFromStatx(st *unix.Statx_t) Attr {
 	ts := func(t unix.StatxTimestamp) Time { return Time{Sec: t.Sec, Nsec: int64(t.Nsec)} }
 	a := Attr{
@@ -325,6 +326,7 @@ func AttrFromStatx(st *unix.Statx_t) Attr {
 		Rdev: unix.Mkdev(st.Rdev_major, st.Rdev_minor), Blksize: st.Blksize,
 	}
 	if st.Mask&unix.STATX_BTIME != 0 {
+		a.Btime = ts(st.Btime)
 		a.Gen = uint64(st.Btime.Sec)*1e9 + uint64(st.Btime.Nsec)
 	}
 	return a

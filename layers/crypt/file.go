@@ -1247,3 +1247,22 @@ func (f *file) TouchAtime(ctx context.Context) bool { return layer.TouchAtime(ct
 
 // PassthroughFd: the lower bytes are ciphertext.
 func (f *file) PassthroughFd() (int, bool) { return -1, false }
+
+// ReopenFile opens the file's object again from its lower file
+// (layer.FileReopener: a file removed while open, opened by handle); the new
+// file shares the object's state, as a second open does.
+func (f *file) ReopenFile(ctx context.Context, flags int) (layer.File, error) {
+	lf, err := layer.ReopenFile(ctx, f.lower, lowerFlags(flags))
+	if err != nil {
+		return nil, err
+	}
+	a, err := lf.Getattr(ctx)
+	if err == nil && a.IsRegular() && f.fs.pendingJournal(a.ID()) {
+		err = syscall.ESTALE // recovered at the first open, which had its name: not expected
+	}
+	if err != nil {
+		lf.Release(ctx)
+		return nil, err
+	}
+	return f.fs.newFile(ctx, f.path, "", lf, &a, flags)
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"math"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -304,4 +305,20 @@ func (f *File) PassthroughFd() (int, bool) {
 		return err
 	})
 	return d, err == nil
+}
+
+// ReopenFile opens the file's object again with flags through its
+// descriptor (/proc/self/fd/N), which reaches it whether or not it still
+// has a name (layer.FileReopener).
+func (f *File) ReopenFile(ctx context.Context, flags int) (layer.File, error) {
+	flags &^= unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_PATH
+	var nfd int
+	err := f.with(func(fd int) (err error) {
+		nfd, err = unix.Open("/proc/self/fd/"+strconv.Itoa(fd), flags|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return f.fs.newFile(nfd, flags), nil
 }

@@ -1,0 +1,93 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+
+	"cairn/layer"
+)
+
+// Open files by node. The layer API opens objects by path, and a node
+// loses its path when its last name is removed; the kernel may still ask
+// for it while a file of it is open: fchmod or futimens (SETATTR without a
+// handle), a link of an O_TMPFILE file (linkFile), an open by file handle
+// (open_by_handle_at of a removed file that is still open: the kernel
+// finds the node in its cache). Those go through one of the node's open
+// files. The mount keeps, for each node with files open, the files the
+// kernel holds, so it holds nothing of its own: no descriptor, no file, past
+// the kernel's release.
+
+// opened registers f, an open file of the node ino.
+func (st *state) opened(f *file) {
+	n := fileNode(f)
+	if n == nil {
+		return
+	}
+	st.opensMu.Lock()
+	if st.opens == nil {
+		st.opens = map[*node][]*file{}
+	}
+	st.opens[n] = append(st.opens[n], f)
+	st.opensMu.Unlock()
+}
+
+// released forgets f.
+func (st *state) released(f *file) {
+	n := fileNode(f)
+	if n == nil {
+		return
+	}
+	st.opensMu.Lock()
+	fs := st.opens[n]
+	for i := range fs {
+		if fs[i] == f {
+			fs = append(fs[:i], fs[i+1:]...)
+			break
+		}
+	}
+	if len(fs) == 0 {
+		delete(st.opens, n)
+	} else {
+		st.opens[n] = fs
+	}
+	st.opensMu.Unlock()
+}
+
+func fileNode(f *file) *node {
+	if f.ino == nil {
+		return nil
+	}
+	n, _ := f.ino.Operations().(*node)
+	return n
+}
+
+// openFile is one of the node's open files, nil if it has none.
+func (n *node) openFile() *file {
+	n.st.opensMu.Lock()
+	defer n.st.opensMu.Unlock()
+	if fs := n.st.opens[n]; len(fs) > 0 {
+		return fs[len(fs)-1]
+	}
+	return nil
+}
+
+// reopen opens the node, which has no path, from one of its open files
+// (layer.ReopenFile): ESTALE where the stack's files cannot reopen, or the
+// node has no file open (as open_by_handle_at of a removed file on ext4).
+func (n *node) reopen(ctx context.Context, flags uint32) (layer.File, fs.FileHandle, syscall.Errno) {
+	of := n.openFile()
+	if of == nil {
+		return nil, nil, syscall.ESTALE
+	}
+	lf, err := layer.ReopenFile(callerCtx(ctx), of.f, int(flags))
+	if errors.Is(err, syscall.ENOTSUP) || errors.Is(err, syscall.EBADF) {
+		return nil, nil, syscall.ESTALE
+	}
+	if err != nil {
+		return nil, nil, n.st.errno("open", of.path, err)
+	}
+	return lf, n.st.newFile(ctx, lf, of.path, &n.Inode, flags), 0
+}
