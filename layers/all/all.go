@@ -9,6 +9,7 @@ import (
 	_ "cairn/layers/local"
 	_ "cairn/layers/mux"
 	_ "cairn/layers/null"
+	_ "cairn/layers/shard"
 	_ "cairn/layers/snoop"
 	_ "cairn/layers/union"
 )
