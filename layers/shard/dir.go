@@ -39,7 +39,12 @@ func (fs *FS) OpenDir(ctx context.Context, path string) (layer.Dir, error) {
 	if err != nil {
 		return nil, err
 	}
-	if ds.st == nil {
+	if ds.get() == nil {
+		if t, ok := fs.Target(path); ok {
+			// Not sharded yet, but a resharding may start while it is
+			// listed: list it in key order already.
+			return &dir{fs: fs, path: path, ds: ds, assumed: t}, nil
+		}
 		ld, err := layer.OpenDir(ctx, fs.lower, lp)
 		if err != nil {
 			return nil, err
@@ -71,11 +76,14 @@ type dir struct {
 	ds   *dirState
 	from uint64 // the smallest key not listed yet
 	buf  []keyed
-	end  uint64 // the key after buf's bucket
-	flat []keyed
+	end  uint64  // the key after buf's bucket
+	flat []keyed // the flat part, in key order
 	// flatDone: flat holds the flat part (a resharding from flat).
 	flatDone bool
-	eof      bool
+	// assumed is the layout of a flat directory that a rule covers, whose
+	// keys order its listing.
+	assumed Layout
+	eof     bool
 }
 
 func (d *dir) Next(ctx context.Context, plus bool) (layer.DirEntry, uint64, error) {
@@ -111,8 +119,11 @@ func (d *dir) Close() error { return nil }
 func (d *dir) load(ctx context.Context, plus bool) error {
 	d.ds.mu.RLock()
 	defer d.ds.mu.RUnlock()
-	st := d.ds.st
-	cur := st.Cur
+	st := d.ds.get()
+	cur, fromFlat := d.assumed, true
+	if st != nil {
+		cur, fromFlat = st.Cur, st.From != nil && st.From.Scheme == Flat
+	}
 	if d.from >= cur.firstKey(cur.count()) {
 		d.eof = true
 		return nil
@@ -129,42 +140,48 @@ func (d *dir) load(ctx context.Context, plus bool) error {
 	var out []keyed
 	add := func(e layer.DirEntry) {
 		k := cur.Key(e.Name)
-		if k < d.from || k >= d.end || seen[e.Name] || cur.Bucket(e.Name) != t {
+		if k < d.from || k >= d.end || seen[e.Name] {
 			return
 		}
 		seen[e.Name] = true
 		noDirAttr(&e)
 		out = append(out, keyed{k, e})
 	}
-	if err := d.read(ctx, join(lp, cur.BucketName(t)), plus, "", add); err != nil {
-		return err
-	}
-	if st.From != nil {
-		if st.From.Scheme == Flat {
-			if !d.flatDone {
-				// The names still in the flat part, read once per listing
-				// (while a flat directory is converted, a listing holds
-				// them).
-				d.flat = nil
-				err := d.read(ctx, lp, false, cur.Prefix, func(e layer.DirEntry) {
-					d.flat = append(d.flat, keyed{cur.Key(e.Name), e})
-				})
-				if err != nil {
+	if st != nil {
+		if err := d.read(ctx, join(lp, cur.BucketName(t)), plus, "", add); err != nil {
+			return err
+		}
+		if st.From != nil && !fromFlat {
+			if s := st.From.bucketOfKey(cur.firstKey(t)); s >= st.Next {
+				if err := d.read(ctx, join(lp, st.From.BucketName(s)), plus, "", add); err != nil {
 					return err
 				}
-				d.flatDone = true
 			}
-			for _, k := range d.flat {
-				if k.key >= d.from && k.key < d.end {
-					if _, err := d.fs.lower.Getattr(layer.AsSelf(ctx), join(lp, k.e.Name)); err == nil {
-						add(k.e)
-					}
-				}
+		}
+	}
+	if fromFlat {
+		if !d.flatDone {
+			// The names in the flat part, read once per listing (a flat
+			// directory that a rule covers, and one being converted, is
+			// listed holding them; names moved to their buckets since are
+			// found there too, once).
+			d.flat = nil
+			skip := cur.Prefix // the buckets
+			if st == nil {
+				skip = "" // no buckets before the record
 			}
-		} else if s := st.From.bucketOfKey(cur.firstKey(t)); s >= st.Next {
-			if err := d.read(ctx, join(lp, st.From.BucketName(s)), plus, "", add); err != nil {
+			err := d.read(ctx, lp, plus, skip, func(e layer.DirEntry) {
+				d.flat = append(d.flat, keyed{cur.Key(e.Name), e})
+			})
+			if err != nil {
 				return err
 			}
+			sort.Slice(d.flat, func(i, j int) bool { return d.flat[i].key < d.flat[j].key })
+			d.flatDone = true
+		}
+		i := sort.Search(len(d.flat), func(i int) bool { return d.flat[i].key >= d.from })
+		for ; i < len(d.flat) && d.flat[i].key < d.end; i++ {
+			add(d.flat[i].e)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {

@@ -117,24 +117,24 @@ func (fs *FS) reshard(ctx context.Context, path string, to Layout, j *Job, progr
 	lock(ds)
 	var st State
 	switch {
-	case ds.st == nil:
+	case ds.get() == nil:
 		st = State{V: 1, Cur: to, From: &Layout{Scheme: Flat}}
-	case ds.st.From != nil:
-		st = *ds.st
+	case ds.get().From != nil:
+		st = *ds.get()
 		if st.Cur != to {
 			ds.mu.Unlock()
 			return fmt.Errorf("shard: reshard %s: a resharding from %s to %s is under way: finish it first (run again with that layout)", path, st.From, st.Cur)
 		}
-	case ds.st.Cur == to:
+	case ds.get().Cur == to:
 		ds.mu.Unlock()
 		j.p = Progress{From: to, To: to}
 		return nil
 	default:
-		if err := canMove(ds.st.Cur, to); err != nil {
+		if err := canMove(ds.get().Cur, to); err != nil {
 			ds.mu.Unlock()
 			return fmt.Errorf("shard: reshard %s: %v", path, err)
 		}
-		from := ds.st.Cur
+		from := ds.get().Cur
 		st = State{V: 1, Cur: to, From: &from}
 	}
 	ds.mu.Unlock()
@@ -155,7 +155,7 @@ func (fs *FS) reshard(ctx context.Context, path string, to Layout, j *Job, progr
 	}
 	if st.From.Scheme == Flat {
 		skip := ""
-		if ds.st != nil { // resumed: the buckets are ours
+		if ds.get() != nil { // resumed: the buckets are ours
 			skip = to.Prefix
 		}
 		if err := count(lp, skip); err != nil {
@@ -176,13 +176,13 @@ func (fs *FS) reshard(ctx context.Context, path string, to Layout, j *Job, progr
 	// The record goes first: from now on names are looked for in both
 	// places.
 	lock(ds)
-	if ds.st == nil || *ds.st != st {
+	if old := ds.get(); old == nil || old.Cur != st.Cur || (old.From == nil) != (st.From == nil) || old.Next != st.Next {
 		if err := fs.meta.Set(ctx, lp, "layout", st.Encode()); err != nil {
 			ds.mu.Unlock()
 			return fmt.Errorf("shard: reshard %s: cannot record the layout (%w): nothing was changed", path, err)
 		}
 		c := st
-		ds.st = &c
+		ds.st.Store(&c)
 	}
 	ds.mu.Unlock()
 
@@ -234,11 +234,13 @@ func (fs *FS) reshard(ctx context.Context, path string, to Layout, j *Job, progr
 		if src != lp {
 			fs.lower.Rmdir(self, src)
 		}
-		ds.st.Next = s + 1
+		c := *ds.get()
+		c.Next = s + 1
 		if s+1 == st.From.count() {
-			ds.st.From, ds.st.Next = nil, 0
+			c.From, c.Next = nil, 0
 		}
-		err := fs.meta.Set(ctx, lp, "layout", ds.st.Encode())
+		ds.st.Store(&c)
+		err := fs.meta.Set(ctx, lp, "layout", c.Encode())
 		ds.mu.Unlock()
 		if err != nil {
 			// Resuming from the older record only reads a drained bucket again.
@@ -259,7 +261,7 @@ func (fs *FS) move(ctx context.Context, ds *dirState, lp, src string, names []st
 	self := layer.AsSelf(ctx)
 	lock(ds)
 	defer ds.mu.Unlock()
-	cur := ds.st.Cur
+	cur := ds.get().Cur
 	moved := 0
 	for _, name := range names {
 		b := join(lp, cur.BucketName(cur.Bucket(name)))
@@ -370,10 +372,10 @@ func (fs *FS) getControl(ctx context.Context, path, name string, dest []byte) (i
 			return 0, err
 		}
 		ds.mu.RLock()
-		if ds.st == nil {
+		if st := ds.get(); st == nil {
 			v = Flat
 		} else {
-			v = string(ds.st.Encode())
+			v = string(st.Encode())
 		}
 		ds.mu.RUnlock()
 	default:

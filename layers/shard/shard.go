@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -55,10 +56,19 @@ type FS struct {
 // never blocks a second read lock.
 type dirState struct {
 	mu sync.RWMutex
-	st *State // nil: flat
+	st atomic.Pointer[State] // nil: flat; replaced, never changed
 
 	nlinkMu sync.Mutex
 	nlink   int64 // the subdirectories' links, -1: not known
+}
+
+func (ds *dirState) get() *State { return ds.st.Load() }
+
+func (ds *dirState) getOrNil() *State {
+	if ds == nil {
+		return nil
+	}
+	return ds.get()
 }
 
 const metaName = "shard"
@@ -160,7 +170,7 @@ func (fs *FS) state(ctx context.Context, path, lp string) (*dirState, error) {
 		if err != nil {
 			return nil, fmt.Errorf("shard: %s: %v", path, err)
 		}
-		ds.st = &st
+		ds.st.Store(&st)
 	case errors.Is(err, syscall.ENODATA), errors.Is(err, syscall.EOPNOTSUPP), errors.Is(err, syscall.ENOTSUP):
 	default:
 		return nil, err
@@ -172,7 +182,7 @@ func (fs *FS) state(ctx context.Context, path, lp string) (*dirState, error) {
 	}
 	if len(fs.dirs) > 1<<16 {
 		for k, v := range fs.dirs {
-			if v.st == nil || v.st.From == nil {
+			if st := v.get(); st == nil || st.From == nil {
 				delete(fs.dirs, k)
 			}
 		}
@@ -245,7 +255,7 @@ func (fs *FS) resolve(ctx context.Context, path string) (*res, error) {
 // bucket or still in its old place: the new one if it exists there or
 // nowhere (a create), else the old one.
 func (fs *FS) child(ctx context.Context, ds *dirState, lp, name string) (string, string) {
-	st := ds.st
+	st := ds.get()
 	if st == nil {
 		return join(lp, name), ""
 	}
@@ -279,8 +289,8 @@ func (fs *FS) child(ctx context.Context, ds *dirState, lp, name string) (string,
 // would be taken for buckets when it is sharded).
 func (fs *FS) reserved(dir, name string, ds *dirState) error {
 	pfx := ""
-	if ds != nil && ds.st != nil {
-		pfx = ds.st.Cur.Prefix
+	if st := ds.getOrNil(); st != nil {
+		pfx = st.Cur.Prefix
 	} else if t, ok := fs.Target(dir); ok {
 		pfx = t.Prefix
 	}
@@ -361,7 +371,8 @@ func buckets(st *State) []string {
 // dirAttr makes a sharded directory's attributes: the link count is its
 // subdirectories', not its buckets'.
 func (fs *FS) dirAttr(ctx context.Context, ds *dirState, lp string, a layer.Attr) layer.Attr {
-	if ds == nil || ds.st == nil || !a.IsDir() {
+	st := ds.getOrNil()
+	if st == nil || !a.IsDir() {
 		return a
 	}
 	ds.nlinkMu.Lock()
@@ -369,7 +380,7 @@ func (fs *FS) dirAttr(ctx context.Context, ds *dirState, lp string, a layer.Attr
 	n := int64(a.Nlink)
 	if ds.nlink < 0 {
 		var nb, sub int64
-		for _, b := range buckets(ds.st) {
+		for _, b := range buckets(st) {
 			ba, err := fs.lower.Getattr(layer.AsSelf(ctx), join(lp, b))
 			if err == nil && ba.IsDir() {
 				nb++
@@ -415,13 +426,13 @@ func (fs *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (laye
 		return a, err
 	}
 	ds, err := fs.state(ctx, path, r.lower)
-	if err != nil || ds.st == nil {
+	if err != nil || ds.get() == nil {
 		return a, err
 	}
 	// Buckets follow the directory's owner and mode.
 	bin := *in
 	bin.Valid &= layer.SetMode | layer.SetUid | layer.SetGid
-	for _, b := range buckets(ds.st) {
+	for _, b := range buckets(ds.get()) {
 		fs.lower.Setattr(layer.AsSelf(ctx), join(r.lower, b), &bin)
 	}
 	return fs.dirAttr(ctx, ds, r.lower, a), nil
@@ -565,7 +576,8 @@ func (fs *FS) Rmdir(ctx context.Context, path string) error {
 // needs them.
 func (fs *FS) emptyBuckets(ctx context.Context, path, lp string) error {
 	ds, err := fs.state(ctx, path, lp)
-	if err != nil || ds.st == nil {
+	st := ds.getOrNil()
+	if err != nil || st == nil {
 		return err
 	}
 	defer func() {
@@ -573,7 +585,7 @@ func (fs *FS) emptyBuckets(ctx context.Context, path, lp string) error {
 		ds.nlink = -1
 		ds.nlinkMu.Unlock()
 	}()
-	for _, b := range buckets(ds.st) {
+	for _, b := range buckets(st) {
 		err := fs.lower.Rmdir(layer.AsSelf(ctx), join(lp, b))
 		if err != nil && !errors.Is(err, syscall.ENOENT) {
 			if errors.Is(err, syscall.EEXIST) {
@@ -717,8 +729,8 @@ func (fs *FS) SyncDir(ctx context.Context, path string) error {
 	if err != nil {
 		return err
 	}
-	if ds.st != nil {
-		for _, b := range buckets(ds.st) {
+	if st := ds.get(); st != nil {
+		for _, b := range buckets(st) {
 			if err := fs.lower.SyncDir(ctx, join(r.lower, b)); err != nil && !errors.Is(err, syscall.ENOENT) {
 				return err
 			}
