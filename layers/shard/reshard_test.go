@@ -404,3 +404,47 @@ match = "spool"
 	l.Buckets = 128
 	checkDir(t, dir, filepath.Join(lower, "spool"), l, initial, w)
 }
+
+// TestReshardFullDisk converts a directory on a tmpfs that runs out of
+// inodes midway (buckets are new directories): the run stops with the
+// errno and says to run again; every name is still there; once there is
+// room, the same call finishes.
+func TestReshardFullDisk(t *testing.T) {
+	mounttest.Need(t)
+	lower := t.TempDir()
+	if err := unix.Mount("tmpfs", lower, "tmpfs", 0, "nr_inodes=330"); err != nil {
+		t.Fatalf("tmpfs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(lower, unix.MNT_DETACH) })
+	initial := fillFlat(t, filepath.Join(lower, "spool"), 300)
+	fs := stack(t, lower, 64)
+	l := shard.Layout{Scheme: shard.Hash, Buckets: 64, Prefix: shard.DefaultPrefix}
+	err := fs.Reshard(context.Background(), "spool", l, nil)
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "run again to resume") {
+		t.Fatalf("resharding on a full disk: %v", err)
+	}
+	t.Log(err)
+	m := mounttest.Mount(t, fs)
+	w := &workload{model: map[string]string{}, uncertain: map[string]bool{}}
+	seen, err := listOnce(m.Path("spool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := range initial {
+		if seen[n] != 1 {
+			t.Fatalf("%s listed %d times after the stop", n, seen[n])
+		}
+		if n[0] != 's' {
+			if b, err := os.ReadFile(m.Path("spool", n)); err != nil || string(b) != n {
+				t.Fatalf("%s: %q %v", n, b, err)
+			}
+		}
+	}
+	if err := unix.Mount("tmpfs", lower, "tmpfs", unix.MS_REMOUNT, "nr_inodes=1000"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Reshard(context.Background(), "spool", l, nil); err != nil {
+		t.Fatal(err)
+	}
+	checkDir(t, m.Path("spool"), filepath.Join(lower, "spool"), l, initial, w)
+}

@@ -137,9 +137,27 @@ func TestFsxTree(t *testing.T) {
 	fsx.RunTree(t, fsx.TreeConfig{Dir: m.Dir, Ops: 3000})
 }
 
+// TestFsxData runs the data model in sharded directories: files are
+// passed through (no read or write reaches the daemon).
 func TestFsxData(t *testing.T) {
-	_, m, _ := mountShard(t, 4)
+	l, err := local.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mounttest.CountIO(l)
+	fs, err := shard.New(c, shard.Config{Default: shard.Layout{Scheme: shard.Hash, Buckets: 4, Prefix: shard.DefaultPrefix}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { layer.CloseStack(fs) })
+	m := mounttest.Mount(t, fs)
+	if !m.Server.Passthrough {
+		t.Fatal("a shard stack must use passthrough")
+	}
 	fsx.Run(t, fsx.Config{Dir: m.Dir, Ops: 5000})
+	if n, w := c.Reads.Load(), c.Writes.Load(); n != 0 || w != 0 {
+		t.Errorf("passthrough on, but %d reads and %d writes reached the daemon", n, w)
+	}
 }
 
 // TestIdentity: inode numbers are the lower's, hard links in two buckets
