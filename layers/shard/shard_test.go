@@ -321,3 +321,38 @@ func TestSeekdir(t *testing.T) {
 		t.Fatalf("after seekdir: %v, before: %v", again, first)
 	}
 }
+
+// TestDigits: Usenetfs's scheme through a mount: an article is in the
+// bucket of its last digits, other names by hash; a flat spool converts.
+func TestDigits(t *testing.T) {
+	lower := t.TempDir()
+	fillFlat(t, filepath.Join(lower, "spool"), 500)
+	l, err := local.New(lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := shard.Layout{Scheme: shard.Digits, Buckets: 100, Prefix: shard.DefaultPrefix}
+	fs, err := shard.New(l, shard.Config{Default: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { layer.CloseStack(fs) })
+	if err := fs.Reshard(context.Background(), "spool", d, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{".shard.d2.42/42", ".shard.d2.42/142", ".shard.d2.00/500", ".shard.d2.01/1"} {
+		if _, err := os.Stat(filepath.Join(lower, "spool", p)); err != nil {
+			t.Errorf("lower: %v", err)
+		}
+	}
+	m := mounttest.Mount(t, fs)
+	if b, err := os.ReadFile(m.Path("spool", "142")); err != nil || string(b) != "142" {
+		t.Fatalf("article 142: %q %v", b, err)
+	}
+	seen, err := listOnce(m.Path("spool"))
+	if err != nil || len(seen) != 500 {
+		t.Fatalf("%d names listed, %v", len(seen), err)
+	}
+	os.Mkdir(m.Path("news"), 0o755)
+	fsx.RunTree(t, fsx.TreeConfig{Dir: m.Path("news"), Ops: 1000})
+}
