@@ -24,7 +24,7 @@ func init() {
 			{Name: "scheme", Kind: registry.String, Default: Hash, Allowed: []string{Hash, Digits},
 				Help: "how a name chooses its bucket: hash (of the name) or digits (a number's last digits, Usenetfs's; other names by hash)"},
 			{Name: "buckets", Kind: registry.Int, Default: int64(0),
-				Help: fmt.Sprintf("buckets per sharded directory: a power of two for hash (default %d), 10, 100 or 1000 for digits (default 1000)", DefaultBuckets)},
+				Help: fmt.Sprintf("buckets per sharded directory: a power of two for hash, 10, 100 or 1000 for digits; 0: %d for hash, 1000 for digits", DefaultBuckets)},
 			{Name: "prefix", Kind: registry.String, Default: DefaultPrefix,
 				Help: "the beginning of bucket directories' names in the lower; in a directory a rule covers, names that begin with it cannot be made (EINVAL); a directory to convert that holds such names is refused until they are renamed or another prefix is chosen"},
 		},

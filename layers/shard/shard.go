@@ -171,7 +171,9 @@ func (fs *FS) state(ctx context.Context, path, lp string) (*dirState, error) {
 			return nil, fmt.Errorf("shard: %s: %v", path, err)
 		}
 		ds.st.Store(&st)
-	case errors.Is(err, syscall.ENODATA), errors.Is(err, syscall.EOPNOTSUPP), errors.Is(err, syscall.ENOTSUP):
+	case errors.Is(err, syscall.ENODATA), errors.Is(err, syscall.EOPNOTSUPP), errors.Is(err, syscall.ENOTSUP),
+		errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EACCES):
+		// No record (a symbolic link or device refuses user.* names): flat.
 	default:
 		return nil, err
 	}
