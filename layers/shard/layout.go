@@ -173,12 +173,8 @@ func (l Layout) Key(name string) uint64 {
 		return h
 	}
 	p := uint64(l.Buckets)
-	if n, ok := number(name); ok {
-		q := n / p
-		if q >= 1<<51 {
-			q = 1<<51 - 1
-		}
-		return (n%p)<<52 | q
+	if n, ok := number(name); ok && n/p < 1<<51 {
+		return (n%p)<<52 | n/p // distinct numbers, distinct keys
 	}
 	return (h%p)<<52 | 1<<51 | h&(1<<51-1)
 }
