@@ -399,7 +399,8 @@ func (fs *FS) dirAttr(ctx context.Context, ds *dirState, lp string, a layer.Attr
 	return a
 }
 
-// attrOf resolves path and returns its attributes.
+// Getattr is the lower object's attributes; a sharded directory's link
+// count is its subdirectories' (dirAttr).
 func (fs *FS) Getattr(ctx context.Context, path string) (layer.Attr, error) {
 	r, err := fs.resolve(ctx, path)
 	if err != nil {
