@@ -84,24 +84,51 @@ type dir struct {
 	// keys order its listing.
 	assumed Layout
 	eof     bool
+	lp      string // the directory's lower path, as of the last load
 }
 
 func (d *dir) Next(ctx context.Context, plus bool) (layer.DirEntry, uint64, error) {
-	for len(d.buf) == 0 {
-		if d.eof {
-			return layer.DirEntry{}, 0, io.EOF
+	for {
+		for len(d.buf) == 0 {
+			if d.eof {
+				return layer.DirEntry{}, 0, io.EOF
+			}
+			if err := d.load(ctx); err != nil {
+				return layer.DirEntry{}, 0, err
+			}
 		}
-		if err := d.load(ctx, plus); err != nil {
-			return layer.DirEntry{}, 0, err
+		k := d.buf[0]
+		d.buf = d.buf[1:]
+		d.from = k.key + 1
+		if len(d.buf) == 0 {
+			d.from = d.end
 		}
+		if plus && !d.attr(ctx, &k.e) {
+			continue // gone since its bucket was read
+		}
+		return k.e, k.key + 1, nil
 	}
-	k := d.buf[0]
-	d.buf = d.buf[1:]
-	d.from = k.key + 1
-	if len(d.buf) == 0 {
-		d.from = d.end
+}
+
+// attr gives e the attributes of its object now, and says whether it is
+// still there. A bucket is read whole and its names given out later:
+// attributes read with it could bring back a name removed meanwhile, from
+// which the kernel would make an entry (and give a hard-linked file a
+// path that is gone). A subdirectory gets none: its lower link count
+// counts its buckets, which Getattr corrects (the kernel looks it up).
+func (d *dir) attr(ctx context.Context, e *layer.DirEntry) bool {
+	d.ds.mu.RLock()
+	defer d.ds.mu.RUnlock()
+	p, _ := d.fs.child(ctx, d.ds, d.lp, e.Name)
+	a, err := d.fs.lower.Getattr(layer.AsSelf(ctx), p)
+	if err != nil {
+		return false
 	}
-	return k.e, k.key + 1, nil
+	e.Attr = nil
+	if !a.IsDir() {
+		e.Attr = &a
+	}
+	return true
 }
 
 func (d *dir) Seek(ctx context.Context, off uint64) error {
@@ -116,7 +143,7 @@ func (d *dir) Close() error { return nil }
 
 // load reads the bucket holding key d.from (with the names still in their
 // old place during a resharding), keeping what is from d.from on.
-func (d *dir) load(ctx context.Context, plus bool) error {
+func (d *dir) load(ctx context.Context) error {
 	d.ds.mu.RLock()
 	defer d.ds.mu.RUnlock()
 	st := d.ds.get()
@@ -133,6 +160,7 @@ func (d *dir) load(ctx context.Context, plus bool) error {
 		return err
 	}
 	lp := r.lower
+	d.lp = lp
 	r.done()
 	t := cur.bucketOfKey(d.from)
 	d.end = cur.firstKey(t + 1)
@@ -144,16 +172,15 @@ func (d *dir) load(ctx context.Context, plus bool) error {
 			return
 		}
 		seen[e.Name] = true
-		noDirAttr(&e)
 		out = append(out, keyed{k, e})
 	}
 	if st != nil {
-		if err := d.read(ctx, join(lp, cur.BucketName(t)), plus, "", add); err != nil {
+		if err := d.read(ctx, join(lp, cur.BucketName(t)), "", add); err != nil {
 			return err
 		}
 		if st.From != nil && !fromFlat {
 			if s := st.From.bucketOfKey(cur.firstKey(t)); s >= st.Next {
-				if err := d.read(ctx, join(lp, st.From.BucketName(s)), plus, "", add); err != nil {
+				if err := d.read(ctx, join(lp, st.From.BucketName(s)), "", add); err != nil {
 					return err
 				}
 			}
@@ -170,7 +197,7 @@ func (d *dir) load(ctx context.Context, plus bool) error {
 			if st == nil {
 				skip = "" // no buckets before the record
 			}
-			err := d.read(ctx, lp, plus, skip, func(e layer.DirEntry) {
+			err := d.read(ctx, lp, skip, func(e layer.DirEntry) {
 				d.flat = append(d.flat, keyed{cur.Key(e.Name), e})
 			})
 			if err != nil {
@@ -181,7 +208,8 @@ func (d *dir) load(ctx context.Context, plus bool) error {
 		}
 		i := sort.Search(len(d.flat), func(i int) bool { return d.flat[i].key >= d.from })
 		for ; i < len(d.flat) && d.flat[i].key < d.end; i++ {
-			add(d.flat[i].e)
+			e := d.flat[i].e
+			add(e)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -199,7 +227,7 @@ func (d *dir) load(ctx context.Context, plus bool) error {
 
 // read lists lower directory lp whole into fn (a missing bucket is
 // empty), leaving out names that begin with skip.
-func (d *dir) read(ctx context.Context, lp string, plus bool, skip string, fn func(layer.DirEntry)) error {
+func (d *dir) read(ctx context.Context, lp string, skip string, fn func(layer.DirEntry)) error {
 	ld, err := layer.OpenDir(ctx, d.fs.lower, lp)
 	if errors.Is(err, syscall.ENOENT) {
 		return nil
@@ -209,7 +237,7 @@ func (d *dir) read(ctx context.Context, lp string, plus bool, skip string, fn fu
 	}
 	defer ld.Close()
 	for {
-		e, _, err := ld.Next(ctx, plus)
+		e, _, err := ld.Next(ctx, false)
 		if err == io.EOF {
 			return nil
 		}

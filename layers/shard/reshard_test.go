@@ -77,23 +77,28 @@ func startWorkload(dir, prefix string, workers int, stop chan struct{}) *workloa
 				w.mu.Unlock()
 				var err error
 				var apply func()
+				what := "create"
 				touched := []string{a}
 				switch op := r.IntN(4); {
 				case !has:
 					err = os.WriteFile(filepath.Join(dir, a), []byte(a), 0o644)
 					apply = func() { w.model[a] = a }
 				case op == 0:
+					what = "unlink"
 					err = os.Remove(filepath.Join(dir, a))
 					apply = func() { delete(w.model, a) }
 				case op == 1 && a != b:
 					touched = append(touched, b)
+					what = "rename"
 					err = os.Rename(filepath.Join(dir, a), filepath.Join(dir, b))
 					apply = func() { w.model[b] = w.model[a]; delete(w.model, a) }
 				case op == 2 && !hasB:
 					touched = append(touched, b)
+					what = "link"
 					err = os.Link(filepath.Join(dir, a), filepath.Join(dir, b))
 					apply = func() { w.model[b] = w.model[a] }
 				default:
+					what = "read"
 					var got []byte
 					got, err = os.ReadFile(filepath.Join(dir, a))
 					if err == nil && string(got) != w.want(a) {
@@ -111,7 +116,11 @@ func startWorkload(dir, prefix string, workers int, stop chan struct{}) *workloa
 					w.mu.Unlock()
 					return
 				} else if w.err == nil {
-					w.err = fmt.Errorf("worker %d: %v", k, err)
+					w.err = fmt.Errorf("worker %d, %s: %v", k, what, err)
+					if l := os.Getenv("SHARD_DEBUG_LOWER"); l != "" {
+						out, _ := exec.Command("find", l, "-name", a).CombinedOutput()
+						w.err = fmt.Errorf("%v; in the lower: %s", w.err, out)
+					}
 				}
 				w.mu.Unlock()
 			}
@@ -227,6 +236,7 @@ func TestReshardOnline(t *testing.T) {
 	initial := fillFlat(t, filepath.Join(lower, "spool"), n)
 	fs := stack(t, lower, 64)
 	m := mounttest.Mount(t, fs)
+	os.Setenv("SHARD_DEBUG_LOWER", lower)
 	dir := m.Path("spool")
 	for round, to := range []shard.Layout{
 		{Scheme: shard.Hash, Buckets: 64, Prefix: shard.DefaultPrefix},
