@@ -236,7 +236,7 @@ func TestReshardOnline(t *testing.T) {
 	initial := fillFlat(t, filepath.Join(lower, "spool"), n)
 	fs := stack(t, lower, 64)
 	m := mounttest.Mount(t, fs)
-	os.Setenv("SHARD_DEBUG_LOWER", lower)
+	t.Setenv("SHARD_DEBUG_LOWER", lower) // a failing worker says where the name is in the lower
 	dir := m.Path("spool")
 	for round, to := range []shard.Layout{
 		{Scheme: shard.Hash, Buckets: 64, Prefix: shard.DefaultPrefix},
