@@ -22,6 +22,7 @@ func TestCheckRefusesWhatMountRefuses(t *testing.T) {
 		{"lz4(chunk_size=3KiB):" + lower, "inline:1:16", `option "chunk_size": must be a power of two from 4KiB to 1MiB, found 3072`},
 		{"snoop(ops=opne,log=/tmp/x.log):" + lower, "inline:1:11", `option "ops": unknown operation "opne"; did you mean "open"?`},
 		{"snoop:" + lower, "inline:1:1", `option "log": a log file is needed`},
+		{"shard(buckets=100):" + lower, "inline:1:7", `option "buckets": hash buckets 100: a power of two`},
 		{"snoop(log=/nonexistent-dir/x.log):" + lower, "inline:1:11", `option "log": directory /nonexistent-dir does not exist`},
 		{"snoop(uids=no-such-user-here,log=/tmp/x.log):" + lower, "inline:1:12", `option "uids": "no-such-user-here" is neither a number nor a known name`},
 	}

@@ -18,6 +18,7 @@ import (
 	"cairn/layers/mux"
 	"cairn/layers/null"
 	"cairn/layers/replica"
+	"cairn/layers/shard"
 	"cairn/layers/snoop"
 	"cairn/layers/union"
 	"cairn/pathmatch"
@@ -44,6 +45,7 @@ var stacks = []conformance.Stack{
 	{Name: "chains-zstd-crypt", Build: chainsOver("zstd,crypt"), Limits: chainsLimits},
 	{Name: "replica", Build: replicaOf},
 	{Name: "union", Build: unionOver, Limits: map[conformance.Limit]string{conformance.NoWhiteout: "a whiteout is the union's own (overlayfs refuses it too)"}},
+	{Name: "shard", Build: shardOver},
 	{Name: "null-mux", Build: func(t testing.TB, d string) layer.FS { return null.New(muxTmpfsDisk(t, d)) }, Dirs: []string{"tmp", "disk"}, Limits: onTmpfs},
 }
 
@@ -67,6 +69,16 @@ var onTmpfs = map[conformance.Limit]string{conformance.LowerTmpfs: "tmpfs has no
 var cryptLimits = map[conformance.Limit]string{
 	conformance.Holes:         "crypt stores whole chunks: SEEK_DATA/SEEK_HOLE and st_blocks show no holes",
 	conformance.XattrOverhead: "crypt stores a value with a 24-byte nonce and a 16-byte tag under a longer, encrypted name",
+}
+
+// shardOver shards every directory with 4 buckets, so that names share
+// buckets and a rename between directories is one between buckets.
+func shardOver(t testing.TB, d string) layer.FS {
+	s, err := shard.New(lower(t, d), shard.Config{Default: shard.Layout{Scheme: shard.Hash, Buckets: 4, Prefix: shard.DefaultPrefix}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 func lower(t testing.TB, d string) layer.FS {

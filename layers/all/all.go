@@ -12,6 +12,7 @@ import (
 	_ "cairn/layers/mux"
 	_ "cairn/layers/null"
 	_ "cairn/layers/replica"
+	_ "cairn/layers/shard"
 	_ "cairn/layers/snoop"
 	_ "cairn/layers/union"
 )

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# bench/shard.sh: the seed's Figures 5 and 6 (Usenetfs): 1000 random
+# lookups, and 1000 adds plus 1000 deletes of the oldest, in directories of
+# 2^0 .. 2^MAX numbered 2 KiB files, flat against sharded, over ext4 and
+# ext4 without dir_index (linear directories, as the seed had), each on a
+# loop device of its own. Three configurations per size: native (the
+# directory on the lower, no FUSE), cairn-flat (the same directory through
+# a shard mount, not sharded: what stacking alone costs) and cairn-shard
+# (sharded, hash, BUCKETS buckets). Each phase starts with the lower
+# unmounted and mounted again, so no directory is in the dentry or page
+# cache. Two times, in milliseconds: wall (elapsed) and cpu (the CPU time
+# of the process and of the cairn daemon, summed over its threads from
+# /proc/PID/task/*/schedstat: what the work costs, whatever else the
+# machine runs; the seed's "time spent by the process and the operating
+# system on its behalf"). Also `ls -f | wc -l` and `find` of the largest
+# directory. Needs root (loop devices, FUSE). KINDS="htree linear" and
+# SIZES="0 1 ... MAX" choose what to run.
+#
+#   bench/shard.sh [MAX [BUCKETS]]     (default 17, 256)
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+cd "$REPO"
+export PATH=$PATH:/usr/local/go/bin
+MAX=${1:-17}
+BUCKETS=${2:-256}
+W=$(mktemp -d /tmp/shard-bench-XXXXXX)
+cleanup() {
+	for m in "$W"/mnt-* "$W"/lower-*; do umount "$m" 2>/dev/null || true; done
+	rm -rf "$W"
+}
+trap cleanup EXIT
+go build -o "$W/cairn" ./cmd/cairn
+
+cat > "$W/m.py" <<'EOF'
+import glob, os, random, sys, time
+op, d = sys.argv[1], sys.argv[2]
+daemon = sys.argv[3] if len(sys.argv) > 3 else ""
+def dcpu():  # the daemon's CPU time in ns, over its threads
+    t = 0
+    for f in glob.glob("/proc/%s/task/*/schedstat" % daemon) if daemon else []:
+        try:
+            t += int(open(f).read().split()[0])
+        except OSError:
+            pass
+    return t
+st = d.rstrip("/") + ".range"  # lo hi of the numbered names present
+lo, hi = map(int, open(st).read().split())
+data = b"x" * 2048
+c0, d0, t0 = time.process_time(), dcpu(), time.perf_counter()
+if op == "make":
+    os.makedirs(d, exist_ok=True)
+    for i in range(lo, hi):
+        with open(os.path.join(d, str(i)), "wb") as f:
+            f.write(data)
+elif op == "lookup":
+    r = random.Random(1)
+    for _ in range(1000):
+        os.lstat(os.path.join(d, str(r.randrange(lo, hi))))
+elif op == "churn":
+    for i in range(hi, hi + 1000):
+        with open(os.path.join(d, str(i)), "wb") as f:
+            f.write(data)
+    for i in range(lo, lo + 1000):
+        os.unlink(os.path.join(d, str(i)))
+    open(st, "w").write("%d %d" % (lo + 1000, hi + 1000))
+print("%.1f %.1f" % ((time.perf_counter() - t0) * 1000, (time.process_time() - c0) * 1000 + (dcpu() - d0) / 1e6))
+EOF
+
+ms() { python3 "$W/m.py" "$@"; }
+echo "# shard bench: MAX=2^$MAX, $BUCKETS buckets, $(nproc) cores; load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+SIZES=${SIZES:-$(seq 0 "$MAX")}
+for kind in ${KINDS:-htree linear}; do
+	img="$W/$kind.img" L="$W/lower-$kind" M="$W/mnt-$kind"
+	truncate -s 8G "$img"
+	opt=()
+	[ "$kind" = linear ] && opt=(-O ^dir_index)
+	mkfs.ext4 -q -F -N 1200000 "${opt[@]}" "$img"
+	mkdir -p "$L" "$M"
+	mount -o loop "$img" "$L"
+	cat > "$W/$kind.toml" <<EOF
+mount = "top"
+[layer.base]
+type = "local"
+path = "$L"
+[layer.top]
+type = "shard"
+over = "base"
+buckets = $BUCKETS
+[[rule]]
+layer = "top"
+match = "shard-*"
+EOF
+	for e in $SIZES; do
+		n=$((1 << e))
+		for c in native flat shard; do
+			echo "1 $((n + 1))" > "$L/$c-$e.range"
+			ms make "$L/$c-$e" > /dev/null
+		done
+		"$W/cairn" reshard -q "$W/$kind.toml" "shard-$e" > /dev/null
+	done
+	remount() { umount "$L"; mount -o loop "$img" "$L"; }
+	for phase in native flat shard; do
+		remount
+		pid=""
+		if [ "$phase" = native ]; then D="$L"; else
+			"$W/cairn" mount -f "$W/$kind.toml" "$M" 2>>"$W/daemon.log" & pid=$!
+			for _ in $(seq 100); do mountpoint -q "$M" && break; sleep 0.1; done
+			D="$M"
+		fi
+		for e in $SIZES; do
+			look=$(ms lookup "$D/$phase-$e" $pid)
+			churn=$(ms churn "$D/$phase-$e" $pid)
+			printf '%-7s %-6s 2^%-3d %7d lookup wall/cpu ms %7s %7s churn %8s %8s load %s\n' "$kind" "$phase" "$e" $((1 << e)) $look $churn "$(cut -d' ' -f1 /proc/loadavg)"
+		done
+		t0=$(date +%s.%N)
+		last=$(echo $SIZES | awk '{print $NF}')
+		cnt=$(ls -f "$D/$phase-$last" | wc -l)
+		t1=$(date +%s.%N)
+		find "$D/$phase-$last" > /dev/null
+		t2=$(date +%s.%N)
+		printf '%-7s %-6s 2^%-3d ls -f: %d names %.0f ms; find: %.0f ms\n' "$kind" "$phase" "$last" "$cnt" "$(echo "($t1 - $t0) * 1000" | bc)" "$(echo "($t2 - $t1) * 1000" | bc)"
+		if [ -n "$pid" ]; then umount "$M"; wait "$pid"; fi
+	done
+	umount "$L"
+	rm -f "$img"
+done

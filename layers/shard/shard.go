@@ -1,0 +1,785 @@
+// Package shard is Usenetfs revived: directories that a rule selects keep
+// their entries in bucket subdirectories of the lower, chosen by a hash of
+// the name (or a number's last digits), so that a lookup, create or unlink
+// in a directory of a million entries touches one small lower directory.
+// Only a listing visits every bucket, in key order, so that its cookies
+// stay valid whatever is created, removed or moved between buckets (see
+// docs/shard.md).
+//
+// Each sharded directory carries its layout as side data (layer.Meta key
+// "layout", a State): a directory without one is served flat, as the
+// lower has it, until `cairn reshard` converts it, which can run while the
+// directory is in use and resumes after a crash from the record.
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"cairn/layer"
+	"cairn/registry"
+)
+
+// Config is what New needs.
+type Config struct {
+	// Rules select the directories a new or converted directory is sharded
+	// in, each with its layout (nil: every directory, with Default).
+	Rules registry.Rules
+	// Default is the layout where a rule names none.
+	Default Layout
+}
+
+// FS is a shard layer over one lower.
+type FS struct {
+	layer.NotImplemented
+	lower layer.FS
+	meta  *layer.Meta
+	cfg   Config
+
+	mu     sync.Mutex
+	dirs   map[string]*dirState // by path in this layer; see state
+	jobs   map[string]*Job      // resharding runs, by path
+	unlock func()
+}
+
+// dirState is one directory's record, cached. Every operation that
+// resolves a name in the directory holds mu for reading (an operation on
+// two names may hold it twice); a resharding moves entries holding it for
+// writing, a batch at a time, taken with TryLock so that a waiting writer
+// never blocks a second read lock.
+type dirState struct {
+	mu sync.RWMutex
+	st atomic.Pointer[State] // nil: flat; replaced, never changed
+
+	nlinkMu sync.Mutex
+	nlink   int64 // the subdirectories' links, -1: not known
+}
+
+func (ds *dirState) get() *State { return ds.st.Load() }
+
+func (ds *dirState) getOrNil() *State {
+	if ds == nil {
+		return nil
+	}
+	return ds.get()
+}
+
+const metaName = "shard"
+
+// New stacks a shard layer over lower.
+func New(lower layer.FS, cfg Config) (*FS, error) {
+	if err := cfg.Default.Check(); err != nil {
+		return nil, fmt.Errorf("shard: %v", err)
+	}
+	return &FS{lower: lower, meta: layer.NewMeta(lower, metaName), cfg: cfg,
+		dirs: map[string]*dirState{}, jobs: map[string]*Job{}}, nil
+}
+
+func (fs *FS) Lowers() []layer.FS { return []layer.FS{fs.lower} }
+
+// Changes: names are the same, but they live elsewhere below, and listings
+// differ from the lower's.
+func (fs *FS) Changes() layer.Changes { return layer.ChangesNames | layer.ChangesPlacement }
+
+// Claim locks the lower: a resharding outside the daemon would move
+// entries under it.
+func (fs *FS) Claim(ctx context.Context) error {
+	if fs.unlock != nil {
+		return nil
+	}
+	u, err := layer.LockLower(ctx, fs.lower, "shard")
+	if err != nil {
+		return err
+	}
+	fs.unlock = u
+	return nil
+}
+
+func (fs *FS) Close() error {
+	if fs.unlock != nil {
+		fs.unlock()
+		fs.unlock = nil
+	}
+	return nil
+}
+
+// Target is the layout a rule gives directory path, and whether one covers
+// it.
+func (fs *FS) Target(path string) (Layout, bool) {
+	if fs.cfg.Rules == nil {
+		return fs.cfg.Default, true
+	}
+	r, ok := fs.cfg.Rules.First(path)
+	if !ok {
+		return Layout{}, false
+	}
+	return ruleLayout(r, fs.cfg.Default), true
+}
+
+// ruleLayout is the layout rule r gives, over the layer's default d.
+func ruleLayout(r registry.Rule, d Layout) Layout {
+	l := d
+	if s, _ := r.Values["scheme"].(string); s != "" && s != l.Scheme {
+		l.Scheme = s
+		l.Buckets = DefaultBuckets
+		if s == Digits {
+			l.Buckets = 1000
+		}
+	}
+	if n, _ := r.Values["buckets"].(int64); n != 0 {
+		l.Buckets = int(n)
+	}
+	return l
+}
+
+func join(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
+
+func split(p string) (string, string) {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[:i], p[i+1:]
+	}
+	return "", p
+}
+
+// state returns directory path's record, read from lower directory lp the
+// first time.
+func (fs *FS) state(ctx context.Context, path, lp string) (*dirState, error) {
+	fs.mu.Lock()
+	ds := fs.dirs[path]
+	fs.mu.Unlock()
+	if ds != nil {
+		return ds, nil
+	}
+	ds = &dirState{nlink: -1}
+	b, err := fs.meta.Get(ctx, lp, "layout")
+	switch {
+	case err == nil:
+		st, err := ParseState(b)
+		if err != nil {
+			return nil, fmt.Errorf("shard: %s: %v", path, err)
+		}
+		ds.st.Store(&st)
+	case errors.Is(err, syscall.ENODATA), errors.Is(err, syscall.EOPNOTSUPP), errors.Is(err, syscall.ENOTSUP),
+		errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EACCES):
+		// No record (a symbolic link or device refuses user.* names): flat.
+	default:
+		return nil, err
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if old := fs.dirs[path]; old != nil {
+		return old, nil
+	}
+	if len(fs.dirs) > 1<<16 {
+		for k, v := range fs.dirs {
+			if st := v.get(); st == nil || st.From == nil {
+				delete(fs.dirs, k)
+			}
+		}
+	}
+	fs.dirs[path] = ds
+	return ds, nil
+}
+
+// forget drops the records of path and every directory below it (after a
+// rename or rmdir).
+func (fs *FS) forget(path string) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	for k := range fs.dirs {
+		if k == path || strings.HasPrefix(k, path+"/") || path == "" {
+			delete(fs.dirs, k)
+		}
+	}
+}
+
+// res is a path resolved to the lower, with the read locks taken on the
+// way (release them with done).
+type res struct {
+	lower  string    // the object's lower path
+	parent *dirState // its directory's record (nil for the root)
+	plow   string    // the directory's lower path
+	bucket string    // the lower path of the bucket it is in ("" if none)
+	locks  []*dirState
+}
+
+func (r *res) done() {
+	for i := len(r.locks) - 1; i >= 0; i-- {
+		r.locks[i].mu.RUnlock()
+	}
+	r.locks = nil
+}
+
+// resolve finds path's lower path, with every directory on the way
+// read-locked until r.done.
+func (fs *FS) resolve(ctx context.Context, path string) (*res, error) {
+	r := &res{}
+	if path == "" {
+		return r, nil
+	}
+	dir, lp := "", ""
+	for {
+		i := strings.IndexByte(path, '/')
+		name := path
+		if i >= 0 {
+			name = path[:i]
+		}
+		ds, err := fs.state(ctx, dir, lp)
+		if err != nil {
+			r.done()
+			return nil, err
+		}
+		ds.mu.RLock()
+		r.locks = append(r.locks, ds)
+		r.parent, r.plow = ds, lp
+		r.lower, r.bucket = fs.child(ctx, ds, lp, name)
+		if i < 0 {
+			return r, nil
+		}
+		dir, lp, path = join(dir, name), r.lower, path[i+1:]
+	}
+}
+
+// child is where name is kept in the directory whose lower path is lp,
+// and the bucket it is kept in. During a resharding it may be in its new
+// bucket or still in its old place: the new one if it exists there or
+// nowhere (a create), else the old one.
+func (fs *FS) child(ctx context.Context, ds *dirState, lp, name string) (string, string) {
+	st := ds.get()
+	if st == nil {
+		return join(lp, name), ""
+	}
+	b := join(lp, st.Cur.BucketName(st.Cur.Bucket(name)))
+	if st.From == nil {
+		return join(b, name), b
+	}
+	var old, oldb string
+	if st.From.Scheme == Flat {
+		old = join(lp, name)
+	} else {
+		s := st.From.Bucket(name)
+		if s < st.Next {
+			return join(b, name), b
+		}
+		oldb = join(lp, st.From.BucketName(s))
+		old = join(oldb, name)
+	}
+	ctx = layer.AsSelf(ctx)
+	if _, err := fs.lower.Getattr(ctx, join(b, name)); err == nil {
+		return join(b, name), b
+	}
+	if _, err := fs.lower.Getattr(ctx, old); err == nil {
+		return old, oldb
+	}
+	return join(b, name), b
+}
+
+// reserved says whether name may not be made in directory dir: names
+// that begin with the bucket prefix, in a directory a rule covers (they
+// would be taken for buckets when it is sharded).
+func (fs *FS) reserved(dir, name string, ds *dirState) error {
+	pfx := ""
+	if st := ds.getOrNil(); st != nil {
+		pfx = st.Cur.Prefix
+	} else if t, ok := fs.Target(dir); ok {
+		pfx = t.Prefix
+	}
+	if pfx != "" && strings.HasPrefix(name, pfx) {
+		return syscall.EINVAL
+	}
+	return nil
+}
+
+// inBucket runs op, which makes an object in r's place, making the bucket
+// first if op finds none.
+func (fs *FS) inBucket(ctx context.Context, r *res, op func() error) error {
+	err := op()
+	if !errors.Is(err, syscall.ENOENT) || r.bucket == "" {
+		return err
+	}
+	err = fs.mkbucket(ctx, r.plow, r.bucket)
+	r.parent.nlinkMu.Lock()
+	r.parent.nlink = -1 // counted the buckets
+	r.parent.nlinkMu.Unlock()
+	if err != nil {
+		return err
+	}
+	return op()
+}
+
+// mkbucket makes bucket directory b of directory lp, with lp's owner and
+// mode, so that whoever may create in the directory may in the bucket.
+func (fs *FS) mkbucket(ctx context.Context, lp, b string) error {
+	ctx = layer.AsSelf(ctx)
+	a, err := fs.lower.Getattr(ctx, lp)
+	if err != nil {
+		return err
+	}
+	if _, err := fs.lower.Mkdir(ctx, b, a.Mode&0o7777); err != nil {
+		if errors.Is(err, syscall.EEXIST) {
+			return nil
+		}
+		return err
+	}
+	in := &layer.SetAttr{Valid: layer.SetMode, Mode: a.Mode & 0o7777}
+	if unix.Geteuid() == 0 {
+		in.Valid |= layer.SetUid | layer.SetGid
+		in.Uid, in.Gid = a.Uid, a.Gid
+	}
+	_, err = fs.lower.Setattr(ctx, b, in)
+	return err
+}
+
+// changed records a change of the names of r's directory: its times, which
+// the lower changed in a bucket, and (dirs) its subdirectory count.
+func (fs *FS) changed(ctx context.Context, r *res, dirs bool) {
+	if r.bucket == "" {
+		return
+	}
+	fs.lower.Setattr(layer.AsSelf(ctx), r.plow, &layer.SetAttr{Valid: layer.SetMtimeNow})
+	if dirs {
+		r.parent.nlinkMu.Lock()
+		r.parent.nlink = -1
+		r.parent.nlinkMu.Unlock()
+	}
+}
+
+// buckets lists the bucket directories that may exist in ds.
+func buckets(st *State) []string {
+	var out []string
+	for _, l := range []*Layout{&st.Cur, st.From} {
+		if l == nil || l.Scheme == Flat {
+			continue
+		}
+		for b := 0; b < l.Buckets; b++ {
+			out = append(out, l.BucketName(b))
+		}
+	}
+	return out
+}
+
+// dirAttr makes a sharded directory's attributes: the link count is its
+// subdirectories', not its buckets'.
+func (fs *FS) dirAttr(ctx context.Context, ds *dirState, lp string, a layer.Attr) layer.Attr {
+	st := ds.getOrNil()
+	if st == nil || !a.IsDir() {
+		return a
+	}
+	ds.nlinkMu.Lock()
+	defer ds.nlinkMu.Unlock()
+	n := int64(a.Nlink)
+	if ds.nlink < 0 {
+		var nb, sub int64
+		for _, b := range buckets(st) {
+			ba, err := fs.lower.Getattr(layer.AsSelf(ctx), join(lp, b))
+			if err == nil && ba.IsDir() {
+				nb++
+				sub += int64(ba.Nlink) - 2
+			}
+		}
+		ds.nlink = sub - nb // to add to the lower's count
+	}
+	n += ds.nlink
+	if n < 2 {
+		n = 2
+	}
+	a.Nlink = uint32(n)
+	return a
+}
+
+// Getattr is the lower object's attributes; a sharded directory's link
+// count is its subdirectories' (dirAttr).
+func (fs *FS) Getattr(ctx context.Context, path string) (layer.Attr, error) {
+	r, err := fs.resolve(ctx, path)
+	if err != nil {
+		return layer.Attr{}, err
+	}
+	defer r.done()
+	a, err := fs.lower.Getattr(ctx, r.lower)
+	if err != nil || !a.IsDir() {
+		return a, err
+	}
+	ds, err := fs.state(ctx, path, r.lower)
+	if err != nil {
+		return layer.Attr{}, err
+	}
+	return fs.dirAttr(ctx, ds, r.lower, a), nil
+}
+
+func (fs *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (layer.Attr, error) {
+	r, err := fs.resolve(ctx, path)
+	if err != nil {
+		return layer.Attr{}, err
+	}
+	defer r.done()
+	a, err := fs.lower.Setattr(ctx, r.lower, in)
+	if err != nil || !a.IsDir() || in.Valid&(layer.SetMode|layer.SetUid|layer.SetGid) == 0 {
+		return a, err
+	}
+	ds, err := fs.state(ctx, path, r.lower)
+	if err != nil || ds.get() == nil {
+		return a, err
+	}
+	// Buckets follow the directory's owner and mode.
+	bin := *in
+	bin.Valid &= layer.SetMode | layer.SetUid | layer.SetGid
+	for _, b := range buckets(ds.get()) {
+		fs.lower.Setattr(layer.AsSelf(ctx), join(r.lower, b), &bin)
+	}
+	return fs.dirAttr(ctx, ds, r.lower, a), nil
+}
+
+func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, error) {
+	r, err := fs.resolve(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	defer r.done()
+	return fs.lower.Open(ctx, r.lower, flags)
+}
+
+// making resolves path for an operation that makes a name, refusing
+// reserved names.
+func (fs *FS) making(ctx context.Context, path string) (*res, error) {
+	r, err := fs.resolve(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	dir, name := split(path)
+	if err := fs.reserved(dir, name, r.parent); err != nil {
+		r.done()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (fs *FS) Create(ctx context.Context, path string, flags int, mode uint32) (f layer.File, a layer.Attr, err error) {
+	r, err := fs.making(ctx, path)
+	if err != nil {
+		return nil, layer.Attr{}, err
+	}
+	defer r.done()
+	err = fs.inBucket(ctx, r, func() (err error) { f, a, err = fs.lower.Create(ctx, r.lower, flags, mode); return })
+	if err == nil {
+		fs.changed(ctx, r, false)
+	}
+	return f, a, err
+}
+
+// made runs a making operation that returns attributes.
+func (fs *FS) made(ctx context.Context, path string, dir bool, op func(lp string) (layer.Attr, error)) (a layer.Attr, err error) {
+	r, err := fs.making(ctx, path)
+	if err != nil {
+		return layer.Attr{}, err
+	}
+	defer r.done()
+	err = fs.inBucket(ctx, r, func() (err error) { a, err = op(r.lower); return })
+	if err == nil {
+		fs.changed(ctx, r, dir)
+	}
+	return a, err
+}
+
+func (fs *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, error) {
+	a, err := fs.made(ctx, path, true, func(lp string) (layer.Attr, error) {
+		a, err := fs.lower.Mkdir(ctx, lp, mode)
+		if err != nil {
+			return a, err
+		}
+		fs.forget(path)
+		if t, ok := fs.Target(path); ok {
+			// A new directory under a rule is sharded from the start (its
+			// buckets are made as names arrive).
+			st := State{V: 1, Cur: t}
+			if err := fs.meta.Set(ctx, lp, "layout", st.Encode()); err != nil &&
+				!errors.Is(err, syscall.EOPNOTSUPP) && !errors.Is(err, syscall.ENOTSUP) {
+				fs.lower.Rmdir(layer.AsSelf(ctx), lp)
+				return layer.Attr{}, err
+			}
+		}
+		return a, nil
+	})
+	return a, err
+}
+
+func (fs *FS) Mknod(ctx context.Context, path string, mode uint32, rdev uint64) (layer.Attr, error) {
+	return fs.made(ctx, path, false, func(lp string) (layer.Attr, error) { return fs.lower.Mknod(ctx, lp, mode, rdev) })
+}
+
+func (fs *FS) Symlink(ctx context.Context, target, path string) (layer.Attr, error) {
+	return fs.made(ctx, path, false, func(lp string) (layer.Attr, error) { return fs.lower.Symlink(ctx, target, lp) })
+}
+
+func (fs *FS) Readlink(ctx context.Context, path string) (string, error) {
+	r, err := fs.resolve(ctx, path)
+	if err != nil {
+		return "", err
+	}
+	defer r.done()
+	return fs.lower.Readlink(ctx, r.lower)
+}
+
+func (fs *FS) Link(ctx context.Context, oldpath, newpath string) (layer.Attr, error) {
+	o, err := fs.resolve(ctx, oldpath)
+	if err != nil {
+		return layer.Attr{}, err
+	}
+	defer o.done()
+	return fs.made(ctx, newpath, false, func(lp string) (layer.Attr, error) { return fs.lower.Link(ctx, o.lower, lp) })
+}
+
+func (fs *FS) Unlink(ctx context.Context, path string) error {
+	r, err := fs.resolve(ctx, path)
+	if err != nil {
+		return err
+	}
+	defer r.done()
+	err = fs.lower.Unlink(ctx, r.lower)
+	if err == nil {
+		fs.changed(ctx, r, false)
+	}
+	return err
+}
+
+func (fs *FS) Rmdir(ctx context.Context, path string) error {
+	if err := fs.busy(path); err != nil {
+		return err
+	}
+	r, err := fs.resolve(ctx, path)
+	if err != nil {
+		return err
+	}
+	defer r.done()
+	if err := fs.emptyBuckets(ctx, path, r.lower); err != nil {
+		return err
+	}
+	err = fs.lower.Rmdir(ctx, r.lower)
+	if err == nil {
+		fs.forget(path)
+		fs.changed(ctx, r, true)
+	}
+	return err
+}
+
+// emptyBuckets removes the buckets of directory path (lower lp) before
+// the directory is removed or replaced: empty buckets go; one that is not
+// empty says ENOTEMPTY. Those removed already come back when a name
+// needs them.
+func (fs *FS) emptyBuckets(ctx context.Context, path, lp string) error {
+	ds, err := fs.state(ctx, path, lp)
+	st := ds.getOrNil()
+	if err != nil || st == nil {
+		return err
+	}
+	defer func() {
+		ds.nlinkMu.Lock()
+		ds.nlink = -1
+		ds.nlinkMu.Unlock()
+	}()
+	for _, b := range buckets(st) {
+		err := fs.lower.Rmdir(layer.AsSelf(ctx), join(lp, b))
+		if err != nil && !errors.Is(err, syscall.ENOENT) {
+			if errors.Is(err, syscall.EEXIST) {
+				err = syscall.ENOTEMPTY
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// busy refuses to rename or remove a directory being resharded here, or
+// one above it.
+func (fs *FS) busy(path string) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	for p, j := range fs.jobs {
+		if j.running() && (p == path || strings.HasPrefix(p, path+"/") || path == "") {
+			return syscall.EBUSY
+		}
+	}
+	return nil
+}
+
+func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32) error {
+	if err := fs.busy(oldpath); err != nil {
+		return err
+	}
+	if err := fs.busy(newpath); err != nil {
+		return err
+	}
+	o, err := fs.resolve(ctx, oldpath)
+	if err != nil {
+		return err
+	}
+	defer o.done()
+	n, err := fs.making(ctx, newpath)
+	if err != nil {
+		return err
+	}
+	defer n.done()
+	if flags&unix.RENAME_EXCHANGE != 0 {
+		dir, name := split(oldpath)
+		if err := fs.reserved(dir, name, o.parent); err != nil {
+			return err
+		}
+	}
+	a, aerr := fs.lower.Getattr(layer.AsSelf(ctx), o.lower)
+	b, berr := fs.lower.Getattr(layer.AsSelf(ctx), n.lower)
+	if berr == nil && b.IsDir() && aerr == nil && a.IsDir() && flags&unix.RENAME_EXCHANGE == 0 {
+		// A directory replaces an empty one: the empty buckets go first.
+		if err := fs.emptyBuckets(ctx, newpath, n.lower); err != nil {
+			return err
+		}
+	}
+	err = fs.inBucket(ctx, n, func() error { return fs.lower.Rename(ctx, o.lower, n.lower, flags) })
+	if err != nil {
+		return err
+	}
+	isDir := aerr == nil && a.IsDir() || berr == nil && b.IsDir()
+	if isDir || flags&unix.RENAME_EXCHANGE != 0 {
+		fs.forget(oldpath)
+		fs.forget(newpath)
+	}
+	fs.changed(ctx, o, isDir)
+	fs.changed(ctx, n, isDir)
+	return nil
+}
+
+// Extended attributes: the layer's record is hidden; the control names
+// (control.go) start and follow a resharding.
+func (fs *FS) Getxattr(ctx context.Context, path, name string, dest []byte) (int, error) {
+	if fs.meta.Owns(name) {
+		return 0, syscall.ENODATA
+	}
+	if strings.HasPrefix(name, controlPrefix) {
+		return fs.getControl(ctx, path, name, dest)
+	}
+	r, err := fs.resolve(ctx, path)
+	if err != nil {
+		return 0, err
+	}
+	defer r.done()
+	return fs.lower.Getxattr(ctx, r.lower, name, dest)
+}
+
+func (fs *FS) Setxattr(ctx context.Context, path, name string, value []byte, flags int) error {
+	if fs.meta.Owns(name) {
+		return syscall.EPERM
+	}
+	if strings.HasPrefix(name, controlPrefix) {
+		return fs.setControl(ctx, path, name, value)
+	}
+	r, err := fs.resolve(ctx, path)
+	if err != nil {
+		return err
+	}
+	defer r.done()
+	return fs.lower.Setxattr(ctx, r.lower, name, value, flags)
+}
+
+func (fs *FS) Removexattr(ctx context.Context, path, name string) error {
+	if fs.meta.Owns(name) {
+		return syscall.EPERM
+	}
+	r, err := fs.resolve(ctx, path)
+	if err != nil {
+		return err
+	}
+	defer r.done()
+	return fs.lower.Removexattr(ctx, r.lower, name)
+}
+
+func (fs *FS) Listxattr(ctx context.Context, path string, dest []byte) (int, error) {
+	r, err := fs.resolve(ctx, path)
+	if err != nil {
+		return 0, err
+	}
+	defer r.done()
+	mb := layer.MetaBase{Base: layer.Base{Lower: fs.lower}, Meta: fs.meta}
+	return mb.Listxattr(ctx, r.lower, dest)
+}
+
+func (fs *FS) Statfs(ctx context.Context, path string) (layer.Statfs, error) {
+	r, err := fs.resolve(ctx, path)
+	if err != nil {
+		return layer.Statfs{}, err
+	}
+	defer r.done()
+	return fs.lower.Statfs(ctx, r.lower)
+}
+
+// SyncDir makes the directory's entries durable: those of its buckets too.
+func (fs *FS) SyncDir(ctx context.Context, path string) error {
+	r, err := fs.resolve(ctx, path)
+	if err != nil {
+		return err
+	}
+	defer r.done()
+	ds, err := fs.state(ctx, path, r.lower)
+	if err != nil {
+		return err
+	}
+	if st := ds.get(); st != nil {
+		for _, b := range buckets(st) {
+			if err := fs.lower.SyncDir(ctx, join(r.lower, b)); err != nil && !errors.Is(err, syscall.ENOENT) {
+				return err
+			}
+		}
+	}
+	return fs.lower.SyncDir(ctx, r.lower)
+}
+
+// Tmpfile makes the nameless file in the directory itself: it has no
+// entry anywhere until LinkFile gives it one.
+func (fs *FS) Tmpfile(ctx context.Context, dir string, flags int, mode uint32) (layer.File, layer.Attr, error) {
+	r, err := fs.resolve(ctx, dir)
+	if err != nil {
+		return nil, layer.Attr{}, err
+	}
+	defer r.done()
+	return fs.lower.Tmpfile(ctx, r.lower, flags, mode)
+}
+
+func (fs *FS) LinkFile(ctx context.Context, f layer.File, newpath string) (layer.Attr, error) {
+	return fs.made(ctx, newpath, false, func(lp string) (layer.Attr, error) { return fs.lower.LinkFile(ctx, f, lp) })
+}
+
+func (fs *FS) GetFlags(ctx context.Context, path string) (uint32, error) {
+	r, err := fs.resolve(ctx, path)
+	if err != nil {
+		return 0, err
+	}
+	defer r.done()
+	return fs.lower.GetFlags(ctx, r.lower)
+}
+
+func (fs *FS) SetFlags(ctx context.Context, path string, flags uint32) error {
+	r, err := fs.resolve(ctx, path)
+	if err != nil {
+		return err
+	}
+	defer r.done()
+	return fs.lower.SetFlags(ctx, r.lower, flags)
+}
+
+func (fs *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirEntry, error) {
+	d, err := fs.OpenDir(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return layer.ReadDirAll(ctx, d, plus)
+}
