@@ -67,6 +67,7 @@ type FS struct {
 	conv    sync.Mutex // one conversion at a time
 	sizes   linkSizes  // the presented sizes of transformation links
 	release func()     // lets go of the claim on the lower (Claim)
+	cleaned []string   // the unfinished conversions Claim removed
 }
 
 // chain is a built chain: ts[0] is the top transform; ts[i] stores its
@@ -90,7 +91,6 @@ func New(lower layer.FS, o Options) (*FS, error) {
 	fs := &FS{MetaBase: layer.MetaBase{Base: layer.Base{Lower: lower}, Meta: layer.NewMeta(lower, "chains")},
 		o: o, log: o.Logger, chains: map[string]*chain{}, writers: map[layer.ID]int{}}
 	fs.wcond = sync.NewCond(&fs.mu)
-	fs.cleanTmp(context.Background())
 	return fs, nil
 }
 
@@ -326,16 +326,22 @@ func (fs *FS) reserved(p string) bool {
 	return false
 }
 
-// cleanTmp removes what conversions a crash interrupted left in TmpDir.
-func (fs *FS) cleanTmp(ctx context.Context) {
+// cleanTmp removes what conversions a crash interrupted left in TmpDir,
+// once the lower is claimed (another process's conversion may be under
+// way until then), and gives the paths it removed.
+func (fs *FS) cleanTmp(ctx context.Context) []string {
 	ctx = layer.AsSelf(ctx)
 	ents, err := fs.Lower.ReadDir(ctx, TmpDir, false)
 	if err != nil {
-		return
+		return nil
 	}
+	var gone []string
 	for _, e := range ents {
-		fs.Lower.Unlink(ctx, layer.Join(TmpDir, e.Name))
+		if p := layer.Join(TmpDir, e.Name); fs.Lower.Unlink(ctx, p) == nil {
+			gone = append(gone, p)
+		}
 	}
+	return gone
 }
 
 // ---- path operations -------------------------------------------------------

@@ -26,6 +26,7 @@ import (
 	"cairn/layer"
 	"cairn/layers/chains"
 	"cairn/layers/crypt"
+	"cairn/layers/fault"
 	"cairn/layers/local"
 	"cairn/pathmatch"
 )
@@ -632,5 +633,81 @@ func TestCloseWritesEveryLink(t *testing.T) {
 		if got, err := layer.ReadFile(context.Background(), fresh, p); err != nil || !bytes.Equal(got, want) {
 			t.Errorf("%s (chain %s) after close, read by a fresh stack: %d bytes (%v), want %d", p, getChain(t, filepath.Join(m.Dir, p)), len(got), err, len(want))
 		}
+	}
+}
+
+// TestSecondStackLeavesConversion: a second stack over the lower of a
+// mounted one (cairn fsck builds one, then finds the lower claimed and
+// stops) leaves the mounted daemon's conversion under way alone: the
+// temporary file is removed only by a stack that has claimed the lower.
+// (New used to remove it, and the application's setfattr failed with
+// ENOENT.) A leftover that Claim removes is reported by fsck.
+func TestSecondStackLeavesConversion(t *testing.T) {
+	ctx := context.Background()
+	d := t.TempDir()
+	slow, err := pathmatch.NewSet([]string{chains.TmpDir + "/**"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := local.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := fault.New(l, fault.Rules{{Paths: slow, Names: []string{"fsync"}, Delay: time.Second}}, false, false)
+	fs, err := chains.New(fl, chains.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeFS := sync.OnceFunc(func() { layer.CloseStack(fs) })
+	t.Cleanup(closeFS)
+	if err := fs.Claim(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m := mounttest.Mount(t, fs)
+	p := filepath.Join(m.Dir, "f")
+	want := data(1 << 20)
+	if err := os.WriteFile(p, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- setChain(p, "zstd") }()
+	// The conversion's new file is there (and being made durable).
+	for i := 0; ; i++ {
+		if ents, _ := os.ReadDir(filepath.Join(d, chains.TmpDir)); len(ents) > 0 {
+			break
+		}
+		if i == 1000 {
+			t.Fatal("no conversion under way")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	second := stack(t, d, "", "", nil)
+	if err := second.Claim(ctx); !errors.Is(err, layer.ErrInUse) {
+		t.Fatalf("claim of a claimed lower: %v, want in use", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("conversion beside a second stack: %v", err)
+	}
+	if got := getChain(t, p); got != "zstd" {
+		t.Errorf("chain %q after the conversion", got)
+	}
+	mustRead(t, p, want)
+
+	// A leftover is removed by the stack that claims the lower, and fsck
+	// says so.
+	os.WriteFile(filepath.Join(d, chains.TmpDir, "12.0"), []byte("half"), 0o600)
+	m.Unmount()
+	closeFS()
+	third := stack(t, d, "", "", nil)
+	if err := third.Claim(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var reports []string
+	sum, err := third.Fsck(ctx, layer.CheckOnly, func(int, int, string) {}, func(r layer.FileReport) { reports = append(reports, r.Text) })
+	if err != nil || !strings.Contains(sum.Line, "1 unfinished conversions") {
+		t.Errorf("fsck after a claim that removed a leftover: %q, %v (%q)", sum.Line, err, reports)
+	}
+	if _, err := os.Stat(filepath.Join(d, chains.TmpDir, "12.0")); !os.IsNotExist(err) {
+		t.Errorf("the leftover conversion is still there: %v", err)
 	}
 }
