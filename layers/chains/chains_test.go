@@ -711,3 +711,36 @@ func TestSecondStackLeavesConversion(t *testing.T) {
 		t.Errorf("the leftover conversion is still there: %v", err)
 	}
 }
+
+// TestLinkPermissions: a link shows its target only to a user who may read
+// the target by its own path (search on its directories, read on it): the
+// daemon reads the target, and the kernel checks only the link's own
+// permissions, so a link used to show any user any file of the mount.
+func TestLinkPermissions(t *testing.T) {
+	m := mounttest.Mount(t, stack(t, t.TempDir(), "", "", nil))
+	os.Chmod(m.Dir, 0o777)
+	os.WriteFile(m.Path("secret"), []byte("TOP SECRET"), 0o600)
+	os.Mkdir(m.Path("priv"), 0o700)
+	os.WriteFile(m.Path("priv", "p"), []byte("PRIVATE"), 0o644)
+	os.WriteFile(m.Path("open"), []byte("OPEN"), 0o644)
+	u := mounttest.User{Uid: 65534, Gid: 65534}
+	for _, tc := range []struct{ target, want string }{
+		{"secret:stored", "Permission denied"},
+		{"secret:gzip", "Permission denied"},
+		{"priv/p:stored", "Permission denied"},
+		{"open:stored", "OPEN"},
+	} {
+		out, _ := u.Sh(t, m.Dir, fmt.Sprintf(": > l && setfattr -n %s -v %s l && cat l 2>&1 | tr -d '\\0'; stat -c %%s l; rm -f l", chains.LinkXattr, tc.target))
+		if !strings.Contains(out, tc.want) || strings.Contains(out, "SECRET") || strings.Contains(out, "PRIVATE") {
+			t.Errorf("user 65534 reading a link to %s: %q, want %q", tc.target, out, tc.want)
+		}
+	}
+	// Root reads every target.
+	os.WriteFile(m.Path("l"), nil, 0o644)
+	if err := setLinkX(m.Path("l"), "secret:stored"); err != nil {
+		t.Fatal(err)
+	}
+	mustRead(t, m.Path("l"), []byte("TOP SECRET"))
+}
+
+func setLinkX(p, v string) error { return unix.Setxattr(p, chains.LinkXattr, []byte(v), 0) }
