@@ -163,14 +163,24 @@ func (e *UnknownLinkError) Error() string {
 
 // checkNames checks a chain: known links, crypt at most once and only as
 // the last (bottom) link (encrypted bytes do not compress, and one crypt
-// journal serves the lower). strict: an error is EINVAL material.
+// journal serves the lower). strict (a new chain: a rule's, a setfattr's):
+// an error is EINVAL material, and uuencode may be there once only (each
+// one stores a third more, header included: a chain of 30 made a 100-byte
+// file 152 MB, and 64 would fill any disk from one setfattr); a recorded
+// chain is read whatever it holds.
 func checkNames(names []string, strict bool) error {
+	uu := 0
 	for i, n := range names {
 		if !knownLink(n) {
 			return &UnknownLinkError{n}
 		}
 		if n == CryptLink && i != len(names)-1 {
 			return errors.New("crypt can only be the last (bottom) link of a chain")
+		}
+		if n == "uuencode" {
+			if uu++; uu > 1 && strict {
+				return errors.New("uuencode can be in a chain only once (each one stores a third more)")
+			}
 		}
 	}
 	return nil

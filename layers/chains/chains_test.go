@@ -326,13 +326,17 @@ func TestBadInput(t *testing.T) {
 	if err := os.WriteFile(f, want, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, v := range []string{"nosuchcodec", "crypt,zstd", "zstd,,gzip", "ZSTD", "zstd;gzip"} {
+	for _, v := range []string{"nosuchcodec", "crypt,zstd", "zstd,,gzip", "ZSTD", "zstd;gzip", "uuencode,zstd,uuencode"} {
 		if err := setChain(f, v); err != unix.EINVAL {
 			t.Errorf("setfattr %q: %v, want EINVAL", v, err)
 		}
 		if !strings.Contains(log.String(), "refused chain") {
 			t.Errorf("setfattr %q: no log line", v)
 		}
+	}
+	// uuencode once is a chain like any other.
+	if err := setChain(f, "uuencode,zstd"); err != nil {
+		t.Errorf("setfattr uuencode,zstd: %v", err)
 	}
 	if err := setChain(f, "zstd,crypt"); err != unix.EACCES {
 		t.Errorf("crypt link without a key: %v, want EACCES", err)
