@@ -905,6 +905,13 @@ func (fs *FS) writeConverted(ctx context.Context, p, tmp string, oc, nc *chain, 
 	if err := dst.Release(ctx); err != nil {
 		return err
 	}
+	// What the release left in the links below the top one (its header)
+	// is written now, before the times are set.
+	if nc != nil {
+		if err := nc.settle(ctx, tmp); err != nil {
+			return err
+		}
+	}
 	// Other xattrs of the file (ACLs, user attributes, a capability).
 	if err := fs.copyXattrs(ctx, p, tmp); err != nil {
 		return err

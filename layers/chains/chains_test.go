@@ -748,3 +748,20 @@ func TestLinkPermissions(t *testing.T) {
 }
 
 func setLinkX(p, v string) error { return unix.Setxattr(p, chains.LinkXattr, []byte(v), 0) }
+
+// TestDeepChains: a file converted between chains of 64 links (zstd and
+// uuencode, then gzip) reads back the same. (A flush of the lower at each
+// link's last release made such a conversion run for more than ten minutes
+// at 100% CPU for a 100-byte file.)
+func TestDeepChains(t *testing.T) {
+	m := mounttest.Mount(t, stack(t, t.TempDir(), "", "", nil))
+	p := m.Path("f")
+	want := data(100)
+	os.WriteFile(p, want, 0o644)
+	for _, c := range []string{strings.Repeat("zstd,", 63) + "uuencode", strings.Repeat("gzip,", 63) + "gzip", ""} {
+		if err := setChain(p, c); err != nil {
+			t.Fatalf("setfattr %.20s...: %v", c, err)
+		}
+		mustRead(t, p, want)
+	}
+}

@@ -231,11 +231,6 @@ func (fs *Engine) put(ctx context.Context, st *state) error {
 	st.mu.Lock()
 	if st.chunks != nil {
 		err = st.sync(ctx, false, true)
-		if err == nil && !st.ro {
-			// The lower may hold what sync wrote (another link of a
-			// chain), and stays open while st is idle.
-			err = st.lower.Flush(ctx)
-		}
 		// An idle file keeps only its last chunk decoded (an append's).
 		last := (st.size - 1) / st.cs
 		for c := range st.cache {
