@@ -67,6 +67,7 @@ type FS struct {
 	conv    sync.Mutex // one conversion at a time
 	sizes   linkSizes  // the presented sizes of transformation links
 	release func()     // lets go of the claim on the lower (Claim)
+	cleaned []string   // the unfinished conversions Claim removed
 }
 
 // chain is a built chain: ts[0] is the top transform; ts[i] stores its
@@ -90,7 +91,6 @@ func New(lower layer.FS, o Options) (*FS, error) {
 	fs := &FS{MetaBase: layer.MetaBase{Base: layer.Base{Lower: lower}, Meta: layer.NewMeta(lower, "chains")},
 		o: o, log: o.Logger, chains: map[string]*chain{}, writers: map[layer.ID]int{}}
 	fs.wcond = sync.NewCond(&fs.mu)
-	fs.cleanTmp(context.Background())
 	return fs, nil
 }
 
@@ -163,14 +163,24 @@ func (e *UnknownLinkError) Error() string {
 
 // checkNames checks a chain: known links, crypt at most once and only as
 // the last (bottom) link (encrypted bytes do not compress, and one crypt
-// journal serves the lower). strict: an error is EINVAL material.
+// journal serves the lower). strict (a new chain: a rule's, a setfattr's):
+// an error is EINVAL material, and uuencode may be there once only (each
+// one stores a third more, header included: a chain of 30 made a 100-byte
+// file 152 MB, and 64 would fill any disk from one setfattr); a recorded
+// chain is read whatever it holds.
 func checkNames(names []string, strict bool) error {
+	uu := 0
 	for i, n := range names {
 		if !knownLink(n) {
 			return &UnknownLinkError{n}
 		}
 		if n == CryptLink && i != len(names)-1 {
 			return errors.New("crypt can only be the last (bottom) link of a chain")
+		}
+		if n == "uuencode" {
+			if uu++; uu > 1 && strict {
+				return errors.New("uuencode can be in a chain only once (each one stores a third more)")
+			}
 		}
 	}
 	return nil
@@ -326,16 +336,22 @@ func (fs *FS) reserved(p string) bool {
 	return false
 }
 
-// cleanTmp removes what conversions a crash interrupted left in TmpDir.
-func (fs *FS) cleanTmp(ctx context.Context) {
+// cleanTmp removes what conversions a crash interrupted left in TmpDir,
+// once the lower is claimed (another process's conversion may be under
+// way until then), and gives the paths it removed.
+func (fs *FS) cleanTmp(ctx context.Context) []string {
 	ctx = layer.AsSelf(ctx)
 	ents, err := fs.Lower.ReadDir(ctx, TmpDir, false)
 	if err != nil {
-		return
+		return nil
 	}
+	var gone []string
 	for _, e := range ents {
-		fs.Lower.Unlink(ctx, layer.Join(TmpDir, e.Name))
+		if p := layer.Join(TmpDir, e.Name); fs.Lower.Unlink(ctx, p) == nil {
+			gone = append(gone, p)
+		}
 	}
+	return gone
 }
 
 // ---- path operations -------------------------------------------------------
@@ -888,6 +904,13 @@ func (fs *FS) writeConverted(ctx context.Context, p, tmp string, oc, nc *chain, 
 	}
 	if err := dst.Release(ctx); err != nil {
 		return err
+	}
+	// What the release left in the links below the top one (its header)
+	// is written now, before the times are set.
+	if nc != nil {
+		if err := nc.settle(ctx, tmp); err != nil {
+			return err
+		}
 	}
 	// Other xattrs of the file (ACLs, user attributes, a capability).
 	if err := fs.copyXattrs(ctx, p, tmp); err != nil {

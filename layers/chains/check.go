@@ -13,7 +13,8 @@ import (
 
 // Claim locks the lower while the layer is open (layer.Claimer): the codec
 // links keep the state of open files in memory, so one process at a time
-// serves a chains lower.
+// serves a chains lower. Then it removes what conversions a crash left
+// unfinished (not before: they may be a mounted daemon's, under way).
 func (fs *FS) Claim(ctx context.Context) error {
 	fs.mu.Lock()
 	claimed := fs.release != nil
@@ -25,8 +26,9 @@ func (fs *FS) Claim(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	cleaned := fs.cleanTmp(ctx)
 	fs.mu.Lock()
-	fs.release = release
+	fs.release, fs.cleaned = release, cleaned
 	fs.mu.Unlock()
 	return nil
 }
@@ -90,6 +92,14 @@ func (fs *FS) Fsck(ctx context.Context, mode layer.CheckMode, progress func(done
 		}
 		report(r)
 	}
+	fs.mu.Lock()
+	cleaned := fs.cleaned
+	fs.cleaned = nil
+	fs.mu.Unlock()
+	for _, p := range cleaned {
+		report(layer.FileReport{Path: p, OK: true, Repaired: true,
+			Text: fmt.Sprintf("/%s: an unfinished conversion, removed when the stack started (the file it was for is whole)", p)})
+	}
 	left, _ := fs.Lower.ReadDir(ctx, TmpDir, false)
 	for _, e := range left {
 		r := layer.FileReport{Path: layer.Join(TmpDir, e.Name), Problems: 1,
@@ -104,7 +114,7 @@ func (fs *FS) Fsck(ctx context.Context, mode layer.CheckMode, progress func(done
 		}
 		report(r)
 	}
-	sum.Line = fmt.Sprintf("chains: %d files, %d guarded, %d not readable, %d unfinished conversions", len(files), guarded, sum.Bad, len(left))
+	sum.Line = fmt.Sprintf("chains: %d files, %d guarded, %d not readable, %d unfinished conversions", len(files), guarded, sum.Bad, len(cleaned)+len(left))
 	return sum, nil
 }
 

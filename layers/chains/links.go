@@ -116,6 +116,9 @@ func (fs *FS) view(ctx context.Context, p string, l *link) ([]byte, layer.Attr, 
 	if fs.reserved(t) {
 		return nil, layer.Attr{}, syscall.ENOENT
 	}
+	if err := fs.mayRead(ctx, t); err != nil {
+		return nil, layer.Attr{}, err
+	}
 	views := l.views
 	var f layer.File
 	var ta layer.Attr
@@ -177,11 +180,48 @@ func (fs *FS) view(ctx context.Context, p string, l *link) ([]byte, layer.Attr, 
 	return out, ta, nil
 }
 
+// mayRead checks that the caller may read the file at t as if it opened it
+// by its path: search permission on each directory above it and read
+// permission on it (by mode bits: an ACL granting more is not consulted).
+// The daemon reads a link's target itself, and the kernel checked only
+// the link's own permissions: without this, a link would show any user
+// any file of the mount.
+func (fs *FS) mayRead(ctx context.Context, t string) error {
+	c := layer.CallerOf(ctx)
+	if c.Uid == 0 {
+		return nil
+	}
+	may := func(p string, bits uint32) error {
+		a, err := fs.Lower.Getattr(ctx, p)
+		if err != nil {
+			return err
+		}
+		m := a.Mode
+		switch {
+		case a.Uid == c.Uid:
+			m >>= 6
+		case c.InGroup(a.Gid):
+			m >>= 3
+		}
+		if m&bits != bits {
+			return syscall.EACCES
+		}
+		return nil
+	}
+	for dir := t; dir != ""; {
+		dir, _ = layer.Split(dir)
+		if err := may(dir, 1); err != nil {
+			return err
+		}
+	}
+	return may(t, 4)
+}
+
 // statLink sets the presented size of the link at p.
 func (fs *FS) statLink(ctx context.Context, p string, l *link, a *layer.Attr) {
 	a.Size = 0
 	t, err := l.resolve(p)
-	if err != nil {
+	if err != nil || fs.mayRead(ctx, t) != nil {
 		return
 	}
 	ta, err := fs.Lower.Getattr(ctx, t)

@@ -101,8 +101,10 @@ func (f *File) Setattr(ctx context.Context, in *layer.SetAttr) (layer.Attr, erro
 	return a, err
 }
 
-// Flush (each close) writes the dirty chunks, so that write errors reach
-// close(2); it does not wait for the disk.
+// Flush (each close) writes the dirty chunks and flushes the lower file,
+// so that write errors reach close(2) and a lower that holds data of its
+// own (the next link of a chain: another codec's file) writes it too; it
+// does not wait for the disk.
 func (f *File) Flush(ctx context.Context) error {
 	s := f.st
 	s.mu.Lock()
@@ -110,7 +112,10 @@ func (f *File) Flush(ctx context.Context) error {
 	if s.ro {
 		return nil
 	}
-	return s.flushDirty(ctx)
+	if err := s.flushDirty(ctx); err != nil {
+		return err
+	}
+	return s.lower.Flush(ctx)
 }
 
 // Fsync makes everything written durable.

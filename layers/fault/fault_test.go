@@ -193,6 +193,7 @@ errno = "EFOO"
 probability = "1.5"
 after = -1
 hang = "soon"
+delay = "-1s"
 `
 	_, err := spec.Parse("fault.toml", []byte(text))
 	if err == nil {
@@ -205,12 +206,13 @@ hang = "soon"
 		`fault.toml:13:15: rule for layer "f": option "probability": a probability is a number above 0`,
 		`fault.toml:14:9: rule for layer "f": option "after": after must be 0 or more`,
 		`fault.toml:15:8: rule for layer "f": option "hang" must be a duration`,
+		`fault.toml:16:9: rule for layer "f": option "delay": a duration of 0 or more, found -1s`,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %q in:\n%s", want, got)
 		}
 	}
-	good := strings.NewReplacer("reed", "read", "EFOO", "ENOSPC", "1.5", "50%", "-1", "3", "soon", "1s").Replace(text)
+	good := strings.NewReplacer("reed", "read", "EFOO", "ENOSPC", "1.5", "50%", "-1", "3", "soon", "1s", "-1s", "1ms").Replace(text)
 	if _, err := spec.Parse("fault.toml", []byte(good)); err != nil {
 		t.Errorf("good spec: %v", err)
 	}

@@ -3,12 +3,22 @@ package fault
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"cairn/layer"
 	"cairn/registry"
 )
 
 func checkOp(s string) (layer.Class, error) { k, _, err := ParseOp(s); return k, err }
+
+// nonNegative refuses a negative duration (which would be no delay, or no
+// hang, without a word).
+func nonNegative(v any) error {
+	if d, _ := v.(time.Duration); d < 0 {
+		return fmt.Errorf("a duration of 0 or more, found %v", d)
+	}
+	return nil
+}
 
 func init() {
 	registry.Register(registry.Type{
@@ -27,8 +37,8 @@ func init() {
 					Help: "operation classes (read, write, create, delete, rename, setattr, xattr, exec) or operations (getattr, open, fsync, ...) the rule applies to (default: every operation)"},
 				{Name: "errno", Kind: registry.String, Help: "the error to give: EIO, ENOSPC, ETIMEDOUT, ... (EIO when the rule neither delays nor shortens)",
 					Check: func(v any) error { _, err := ParseErrno(v.(string)); return err }},
-				{Name: "delay", Kind: registry.Duration, Help: "a latency added before the operation goes down"},
-				{Name: "hang", Kind: registry.Duration, Help: "hold the operation this long (or until it is interrupted), then fail it with errno (default EIO)"},
+				{Name: "delay", Kind: registry.Duration, Help: "a latency added before the operation goes down", Check: nonNegative},
+				{Name: "hang", Kind: registry.Duration, Help: "hold the operation this long (or until it is interrupted), then fail it with errno (default EIO)", Check: nonNegative},
 				{Name: "short", Kind: registry.Size, Help: "cut reads and writes to at most this many bytes"},
 				{Name: "probability", Kind: registry.String, Help: "the chance that the rule fires on an operation: 0 to 1, or a percentage such as \"5%\" (default 1)",
 					Check: func(v any) error { _, err := ParseProbability(v.(string)); return err }},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"cairn/layer"
 	"cairn/registry"
@@ -47,7 +48,13 @@ func init() {
 			{Name: "policy", Kind: registry.String, Default: "round-robin", Allowed: PolicyNames,
 				Help: "the replica that serves a read: round-robin, least-outstanding (fewest requests in flight), first (the first healthy, others as fallback), random"},
 			{Name: "timeout", Kind: registry.Duration, Default: "30s",
-				Help: "a replica that takes longer to answer one operation is taken as failed (degraded); 0: wait for ever"},
+				Help: "a replica that takes longer to answer one operation is taken as failed (degraded); 0: wait for ever",
+				Check: func(v any) error {
+					if d, _ := v.(time.Duration); d < 0 {
+						return fmt.Errorf("a duration of 0 (wait for ever) or more, found %v", d)
+					}
+					return nil
+				}},
 			{Name: "passthrough", Kind: registry.Bool, Default: true,
 				Help: "hand read-only files to the kernel (native read speed); their reads then do not fail over to another replica while open"},
 			{Name: "resync", Kind: registry.Bool, Default: false,

@@ -53,4 +53,9 @@ path = "` + y + `"
 	if _, err := spec.Parse("spec.toml", []byte(specOf(`["x", "n"]`, filepath.Join(d, "a"), filepath.Join(d, "b")))); err != nil {
 		t.Errorf("two distinct replicas: %v", err)
 	}
+	// A negative timeout (which would wait for ever without a word).
+	neg := strings.Replace(specOf(`["x", "n"]`, filepath.Join(d, "a"), filepath.Join(d, "b")), `type = "replica"`, `type = "replica"`+"\ntimeout = \"-1s\"", 1)
+	if _, err := spec.Parse("spec.toml", []byte(neg)); err == nil || !strings.Contains(spec.Detail(err), `spec.toml:4:11: layer "r": option "timeout": a duration of 0`) {
+		t.Errorf("timeout = \"-1s\": %v", err)
+	}
 }

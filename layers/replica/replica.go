@@ -216,6 +216,13 @@ func failure(err error) bool {
 	return false
 }
 
+// full reports a replica out of space: it has diverged from one that took
+// the change.
+func full(err error) bool {
+	e := layer.Errno(err)
+	return e == syscall.ENOSPC || e == syscall.EDQUOT
+}
+
 // degrade marks replica i degraded, unless it is the last healthy one;
 // it reports whether it did (or the replica was already degraded).
 func (fs *FS) degrade(i int, op, path string, err error) bool {
@@ -451,11 +458,16 @@ func all[T any](fs *FS, op, path string, fn func(i int) (T, error), drop func(T)
 			}
 		}
 	}
+	// The lead: the first replica that took the change; failing that, the
+	// first that did not fail. A full replica (ENOSPC, EDQUOT) beside
+	// one that took the change has diverged and is degraded, wherever it
+	// stands in the order (the first replica full used to fail the change
+	// and degrade the replicas that had room); when every one is full,
+	// the application gets ENOSPC.
 	l := -1
 	for k, e := range errs {
-		if !failure(e) {
+		if !failure(e) && (l < 0 || full(errs[l]) && !full(e)) {
 			l = k
-			break
 		}
 	}
 	if l < 0 {

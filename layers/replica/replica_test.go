@@ -539,3 +539,33 @@ func TestReplicaResyncAtMount(t *testing.T) {
 	}
 	same(t, dirs...)
 }
+
+// TestReplicaFullReplica: a replica whose disk is full (ENOSPC) is degraded
+// and the others take the change, whichever replica it is; the first one
+// full used to fail the application's write and degrade the one with room.
+func TestReplicaFullReplica(t *testing.T) {
+	for full := range 2 {
+		t.Run(fmt.Sprintf("replica%d", full+1), func(t *testing.T) {
+			dirs := lowers(t, 2)
+			fs := []*fault.FS{faulty(t, dirs[0]), faulty(t, dirs[1])}
+			r := build(t, replica.Options{Policy: replica.First}, fs[0], fs[1])
+			m := mounttest.Mount(t, r)
+			fs[full].SetRules(fault.Rules{{Names: []string{"write"}, Errno: syscall.ENOSPC}})
+			want := bytes.Repeat([]byte("full disk "), 10000)
+			if err := os.WriteFile(filepath.Join(m.Dir, "f"), want, 0o644); err != nil {
+				t.Fatalf("write with replica %d full: %v", full+1, err)
+			}
+			if d := r.Degraded(); d != 1<<full {
+				t.Errorf("degraded %02b, want %02b", d, 1<<full)
+			}
+			if b, err := os.ReadFile(filepath.Join(dirs[1-full], "f")); err != nil || !bytes.Equal(b, want) {
+				t.Errorf("the replica with room holds %d bytes (%v), want %d", len(b), err, len(want))
+			}
+			// Every replica full: the application gets ENOSPC.
+			fs[1-full].SetRules(fault.Rules{{Names: []string{"write"}, Errno: syscall.ENOSPC}})
+			if err := os.WriteFile(filepath.Join(m.Dir, "g"), want, 0o644); !errors.Is(err, syscall.ENOSPC) {
+				t.Errorf("write with every replica full: %v, want ENOSPC", err)
+			}
+		})
+	}
+}
