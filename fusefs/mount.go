@@ -193,13 +193,14 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 	}
 	exclusive := layer.IsExclusive(top)
 	st := &state{
-		top:         top,
-		cacheDirs:   exclusive && o.AttrTimeout == 0,
-		passthrough: !o.NoPassthrough,
-		fscaps:      layer.FSCapsOf(top),
-		finds:       layer.CanFind(top),
-		acl:         o.AllowOther,
-		log:         o.Logger,
+		top:           top,
+		cacheDirs:     exclusive && o.AttrTimeout == 0,
+		passthrough:   !o.NoPassthrough,
+		fscaps:        layer.FSCapsOf(top),
+		finds:         layer.CanFind(top),
+		xattrReplaces: layer.ReplacesOnXattr(top),
+		acl:           o.AllowOther,
+		log:           o.Logger,
 	}
 	ra, err := top.Getattr(context.Background(), "")
 	if err != nil {

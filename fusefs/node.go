@@ -22,19 +22,20 @@ import (
 
 // state is shared by all nodes of one mount.
 type state struct {
-	top         layer.FS
-	passthrough bool         // files may be passed through (not NoPassthrough); each file's Caps decide
-	fscaps      layer.FSCaps // what the stack can do (layer.FSCapsOf), computed once
-	atime       layer.Atime  // the mount's atime options (AtimeOf)
-	acl         bool         // the kernel handles POSIX ACLs (allow_other mounts)
-	log         *slog.Logger
-	root        *node
-	inos        inoMap
-	finds       bool  // the stack finds objects by identity (layer.CanFind): file handles work
-	cacheDirs   bool  // the kernel keeps directory listings (see Options.AttrTimeout)
-	known       known // what finding them needs (see handles.go)
-	handMu      sync.Mutex
-	handed      map[<-chan struct{}][]*file // by request: descriptors handed to the kernel
+	top           layer.FS
+	passthrough   bool         // files may be passed through (not NoPassthrough); each file's Caps decide
+	fscaps        layer.FSCaps // what the stack can do (layer.FSCapsOf), computed once
+	atime         layer.Atime  // the mount's atime options (AtimeOf)
+	acl           bool         // the kernel handles POSIX ACLs (allow_other mounts)
+	log           *slog.Logger
+	root          *node
+	inos          inoMap
+	finds         bool  // the stack finds objects by identity (layer.CanFind): file handles work
+	xattrReplaces bool  // a layer may replace an object on an xattr change (layer.ReplacesOnXattr)
+	cacheDirs     bool  // the kernel keeps directory listings (see Options.AttrTimeout)
+	known         known // what finding them needs (see handles.go)
+	handMu        sync.Mutex
+	handed        map[<-chan struct{}][]*file // by request: descriptors handed to the kernel
 	// extras maps the cancel channel of a request in flight to what rawFS
 	// found in it: the umask of a create, mkdir or mknod, the SETXATTR
 	// flags of a setxattr.
@@ -687,9 +688,10 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 // replacedBy follows an xattr change that replaced the object at p with
 // another (a chains layer converting a file rewrites it and renames the new
 // one over it): the kernel's entry for the name is dropped, so that the
-// next lookup finds the new object; open files keep the old one.
+// next lookup finds the new object; open files keep the old one. Only
+// stacks with such a layer (layer.ReplacesOnXattr) pay its getattr.
 func (n *node) replacedBy(ctx context.Context, p string) {
-	if n.IsDir() {
+	if !n.st.xattrReplaces || n.IsDir() {
 		return
 	}
 	a, err := n.st.top.Getattr(ctx, p)

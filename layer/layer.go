@@ -441,6 +441,27 @@ type Exclusive interface {
 	Exclusive() bool
 }
 
+// XattrReplacer is an optional interface of FS: a layer for which setting
+// or removing an xattr may replace the object at the path with another
+// (chains: a pushed or popped chain rewrites the file and renames the new
+// one over it). The frontend then asks, after such a change, whether the
+// name still shows the same object (see ReplacesOnXattr).
+type XattrReplacer interface {
+	ReplacesOnXattr() bool
+}
+
+// ReplacesOnXattr reports whether any layer of the stack fs is an
+// XattrReplacer that says so.
+func ReplacesOnXattr(fs FS) bool {
+	found := false
+	Walk(fs, func(l FS) {
+		if r, ok := l.(XattrReplacer); ok && r.ReplacesOnXattr() {
+			found = true
+		}
+	})
+	return found
+}
+
 // IsExclusive reports whether fs is Exclusive, or a layer of one lower over
 // one that is (a snoop over a union): nothing below it changes but
 // through the stack, or the change is undefined anyway.

@@ -96,6 +96,10 @@ func New(lower layer.FS, o Options) (*FS, error) {
 
 func (fs *FS) Changes() layer.Changes { return layer.ChangesData | layer.ChangesAttrs }
 
+// ReplacesOnXattr: pushing or popping a chain (user.cairn.chain) renames a
+// rewritten file over the old one (layer.XattrReplacer).
+func (fs *FS) ReplacesOnXattr() bool { return true }
+
 // FSCaps: no O_TMPFILE (a new file would need a chain before it has a
 // path), no renameat2 whiteouts of our own to worry about.
 func (fs *FS) FSCaps() layer.FSCaps { return layer.FSCapsOf(fs.Lower) &^ layer.FSTmpfile }
