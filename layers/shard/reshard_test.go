@@ -56,7 +56,9 @@ type workload struct {
 	wg        sync.WaitGroup
 }
 
-func startWorkload(dir, prefix string, workers int, stop chan struct{}) *workload {
+// startWorkload runs workers in dir; a failing one says where its name is
+// in lower (if given).
+func startWorkload(dir, lower, prefix string, workers int, stop chan struct{}) *workload {
 	w := &workload{model: map[string]string{}, uncertain: map[string]bool{}}
 	for k := 0; k < workers; k++ {
 		w.wg.Add(1)
@@ -117,8 +119,8 @@ func startWorkload(dir, prefix string, workers int, stop chan struct{}) *workloa
 					return
 				} else if w.err == nil {
 					w.err = fmt.Errorf("worker %d, %s: %v", k, what, err)
-					if l := os.Getenv("SHARD_DEBUG_LOWER"); l != "" {
-						out, _ := exec.Command("find", l, "-name", a).CombinedOutput()
+					if lower != "" {
+						out, _ := exec.Command("find", lower, "-name", a).CombinedOutput()
 						w.err = fmt.Errorf("%v; in the lower: %s", w.err, out)
 					}
 				}
@@ -236,14 +238,13 @@ func TestReshardOnline(t *testing.T) {
 	initial := fillFlat(t, filepath.Join(lower, "spool"), n)
 	fs := stack(t, lower, 64)
 	m := mounttest.Mount(t, fs)
-	t.Setenv("SHARD_DEBUG_LOWER", lower) // a failing worker says where the name is in the lower
 	dir := m.Path("spool")
 	for round, to := range []shard.Layout{
 		{Scheme: shard.Hash, Buckets: 64, Prefix: shard.DefaultPrefix},
 		{Scheme: shard.Hash, Buckets: 256, Prefix: shard.DefaultPrefix},
 	} {
 		stop := make(chan struct{})
-		w := startWorkload(dir, fmt.Sprintf("r%d", round), 2, stop)
+		w := startWorkload(dir, lower, fmt.Sprintf("r%d", round), 2, stop)
 		listErr := make(chan error, 1)
 		go func() {
 			listings := 0
@@ -353,7 +354,7 @@ match = "spool"
 	p := mounttest.MountSpec(t, spec)
 	dir := filepath.Join(p.Dir, "spool")
 	stop := make(chan struct{})
-	w := startWorkload(dir, "", 2, stop)
+	w := startWorkload(dir, "", "", 2, stop)
 	if err := unix.Setxattr(dir, "user.cairn-shard.reshard", nil, 0); err != nil {
 		t.Fatal(err)
 	}
