@@ -12,8 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
-	"time"
+
+	"cairn/bench/opencost"
 )
 
 func main() {
@@ -48,15 +48,11 @@ func run(dir, cfg string, opens int, rw bool) error {
 			return fmt.Errorf("read %s: %d bytes, %v", p, len(b), err)
 		}
 	}
-	t0 := time.Now()
-	for j := 0; j < opens; j++ {
-		fd, err := syscall.Open(names[j%100], syscall.O_RDONLY, 0)
-		if err != nil {
-			return fmt.Errorf("open: %v", err)
-		}
-		syscall.Close(fd)
+	sec, err := opencost.OpenClose(names, opens)
+	if err != nil {
+		return err
 	}
-	fmt.Printf("%s,open,0,%.9f,%s\n", cfg, time.Since(t0).Seconds()/float64(opens), load())
+	fmt.Printf("%s,open,0,%.9f,%s\n", cfg, sec, load())
 	if !rw {
 		return nil
 	}
@@ -64,36 +60,15 @@ func run(dir, cfg string, opens int, rw bool) error {
 		buf := bytes.Repeat([]byte{'x'}, size)
 		p := filepath.Join(dir, "rw")
 		n := max(20, min(2000, (64<<20)/size))
-		t0 := time.Now()
-		for j := 0; j < n; j++ {
-			fd, err := syscall.Open(p, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_TRUNC, 0o644)
-			if err != nil {
-				return fmt.Errorf("open: %v", err)
-			}
-			if _, err := syscall.Write(fd, buf); err != nil {
-				syscall.Close(fd)
-				return fmt.Errorf("write: %v", err)
-			}
-			syscall.Close(fd)
+		sec, err := opencost.OpenWriteClose(p, buf, n)
+		if err != nil {
+			return err
 		}
-		fmt.Printf("%s,write,%d,%.9f,%s\n", cfg, size, time.Since(t0).Seconds()/float64(n), load())
-		t0 = time.Now()
-		for j := 0; j < n; j++ {
-			fd, err := syscall.Open(p, syscall.O_RDONLY, 0)
-			if err != nil {
-				return fmt.Errorf("open: %v", err)
-			}
-			for got := 0; got < len(buf); {
-				r, err := syscall.Read(fd, buf[got:])
-				if err != nil || r == 0 {
-					syscall.Close(fd)
-					return fmt.Errorf("read: %d bytes of %d: %v", got, len(buf), err)
-				}
-				got += r
-			}
-			syscall.Close(fd)
+		fmt.Printf("%s,write,%d,%.9f,%s\n", cfg, size, sec, load())
+		if sec, err = opencost.OpenReadClose(p, buf, n); err != nil {
+			return err
 		}
-		fmt.Printf("%s,read,%d,%.9f,%s\n", cfg, size, time.Since(t0).Seconds()/float64(n), load())
+		fmt.Printf("%s,read,%d,%.9f,%s\n", cfg, size, sec, load())
 	}
 	return nil
 }

@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"cairn/bench/opencost"
 )
 
 // Workload is one experiment.
@@ -786,49 +788,24 @@ func wOpenCost(c *Ctx) error {
 				}
 				names = append(names, p)
 			}
-			t0 := time.Now()
-			for j := 0; j < 10000; j++ {
-				fd, err := syscall.Open(names[j%100], syscall.O_RDONLY, 0)
-				if err != nil {
-					return fmt.Errorf("open: %v", err)
-				}
-				syscall.Close(fd)
+			sec, err := opencost.OpenClose(names, 10000)
+			if err != nil {
+				return err
 			}
-			c.rec("opencost", "open+close", 0, run, time.Since(t0).Seconds()/10000, "s")
+			c.rec("opencost", "open+close", 0, run, sec, "s")
 			for _, size := range rwSizes(c.Bench) {
 				buf := bytes.Repeat([]byte{'x'}, int(size))
 				p := filepath.Join(i.Dir, "rw")
 				n := rwCount(size)
-				t0 := time.Now()
-				for j := 0; j < n; j++ {
-					fd, err := syscall.Open(p, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_TRUNC, 0o644)
-					if err != nil {
-						return fmt.Errorf("open: %v", err)
-					}
-					if _, err := syscall.Write(fd, buf); err != nil {
-						syscall.Close(fd)
-						return fmt.Errorf("write: %v", err)
-					}
-					syscall.Close(fd)
+				sec, err := opencost.OpenWriteClose(p, buf, n)
+				if err != nil {
+					return err
 				}
-				c.rec("opencost", "write", float64(size), run, time.Since(t0).Seconds()/float64(n), "s")
-				t0 = time.Now()
-				for j := 0; j < n; j++ {
-					fd, err := syscall.Open(p, syscall.O_RDONLY, 0)
-					if err != nil {
-						return fmt.Errorf("open: %v", err)
-					}
-					for got := 0; got < len(buf); {
-						r, err := syscall.Read(fd, buf[got:])
-						if err != nil || r == 0 {
-							syscall.Close(fd)
-							return fmt.Errorf("read: %d bytes of %d: %v", got, len(buf), err)
-						}
-						got += r
-					}
-					syscall.Close(fd)
+				c.rec("opencost", "write", float64(size), run, sec, "s")
+				if sec, err = opencost.OpenReadClose(p, buf, n); err != nil {
+					return err
 				}
-				c.rec("opencost", "read", float64(size), run, time.Since(t0).Seconds()/float64(n), "s")
+				c.rec("opencost", "read", float64(size), run, sec, "s")
 			}
 			return nil
 		}()
