@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -256,8 +257,18 @@ func removedOpen(t *testing.T, dir string) string {
 		unix.Close(fd2)
 	}
 	unix.Close(fd)
-	dropCaches(t)
-	fd2, err = openHandle(dir, h, unix.O_RDONLY)
+	// The kernel sends RELEASE after close(2) returns: until the daemon
+	// has it, the file is still open there. Wait for it, up to 5 s (each
+	// try that opens is closed and waited for in turn).
+	for try := 0; ; try++ {
+		dropCaches(t)
+		fd2, err = openHandle(dir, h, unix.O_RDONLY)
+		if err != nil || try == 50 {
+			break
+		}
+		unix.Close(fd2)
+		time.Sleep(100 * time.Millisecond)
+	}
 	say("closed, open by handle: %v", err)
 	if err == nil {
 		unix.Close(fd2)
