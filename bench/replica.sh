@@ -21,7 +21,9 @@
 #              switched by SIGHUP) and 1% of the files are changed (a line
 #              appended); unmounted, 'cairn resync', cold, against 'rsync -a'
 #              of the whole tree to an empty directory of disk 2 and against
-#              'rsync -a' onto the stale copy (which compares every file)
+#              'rsync -a' onto the stale copy (which compares every file);
+#              --resync-gib N uses a tree of N GiB instead (1 MiB files, 256
+#              to a directory; the disks grow to fit it)
 #   par4       4 parallel cold readers (dd) of 4 files of --size/4 MiB each:
 #              null over disk 1 against replica2 (least-outstanding), which
 #              spreads the four files over the two disks
@@ -30,11 +32,11 @@
 # null's; the 1-minute load average is printed with each measurement (the
 # machine is shared) and its median at the end.
 #
-# Usage: sudo bench/replica.sh [--runs N] [--size MiB] [--compile] [--resync] [--only-resync]
+# Usage: sudo bench/replica.sh [--runs N] [--size MiB] [--compile] [--resync] [--only-resync] [--resync-gib N]
 #                             [--configs a,b] [--out FILE.md]
 set -euo pipefail
 
-RUNS=3 SIZE=512 COMPILE=0 OUT= RESYNC=0 MAIN=1 CONFIGS="null replica2 replica3" PAR=1
+RUNS=3 SIZE=512 COMPILE=0 OUT= RESYNC=0 MAIN=1 CONFIGS="null replica2 replica3" PAR=1 GIB=0
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--runs) RUNS=$2; shift 2 ;;
@@ -43,8 +45,9 @@ while [ $# -gt 0 ]; do
 	--resync) RESYNC=1; shift ;;
 	--configs) CONFIGS=$(echo "$2" | tr , ' '); PAR=0; shift 2 ;;
 	--only-resync) RESYNC=1 MAIN=0; shift ;;
+	--resync-gib) GIB=$2; RESYNC=1; shift 2 ;;
 	--out) OUT=$2; shift 2 ;;
-	-h|--help) sed -n '2,41p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "replica.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -60,7 +63,7 @@ DIR= IMG= LOOP=
 . "$REPO/bench/lib.sh"
 disk() { # disk N: an ext4 image on a loop device, mounted at D$N
 	local img=/var/tmp/$TAG-$1.img d=/tmp/$TAG-disk$1
-	truncate -s 6G "$img"
+	truncate -s "$DISKGIB"G "$img"
 	mkfs.ext4 -q -F -E nodiscard,lazy_itable_init=0,lazy_journal_init=0 "$img"
 	local loop
 	loop=$(losetup -f --show --direct-io=on "$img")
@@ -80,6 +83,8 @@ cleanup() {
 	rm -rf "/tmp/$TAG-work"
 }
 trap cleanup EXIT
+# Disk 2 holds the replica and rsync's whole copy of the resync tree.
+DISKGIB=$((6 > 3 * GIB + 4 ? 6 : 3 * GIB + 4))
 disk 1
 disk 2
 mkdir -p "$MNT" "/tmp/$TAG-work"
@@ -107,6 +112,18 @@ RES=/tmp/$TAG-work/results
 : >"$RES"
 rec() { echo "$1 $2 $3 $4" >>"$RES"; printf '%-9s %-11s run %s: %8.2f   (load %s)\n' "$1" "$2" "$3" "$4" "$(load)" >&2; echo "$(load)" >>"$RES.load"; }
 
+# big_tree DIR GIB: GIB GiB in 1 MiB files of random bytes, 256 to a
+# directory, each file distinct (its number written at its start).
+big_tree() {
+	local seed=/tmp/$TAG-work/seed n=$(($2 * 1024)) i
+	head -c 1M /dev/urandom >"$seed"
+	for i in $(seq 0 $((n - 1))); do
+		[ $((i % 256)) = 0 ] && mkdir -p "$1/d$((i / 256))"
+		{ printf '%08d' "$i"; tail -c +9 "$seed"; } >"$1/d$((i / 256))/f$i"
+		[ $((i % 1024)) = 1023 ] && echo "big_tree: $(((i + 1) / 1024)) of $2 GiB written" >&2
+	done
+	sync
+}
 if [ "$RESYNC" = 1 ]; then
 	SP=/tmp/$TAG-work/resync.toml
 	rspec() { # rspec RULES
@@ -136,7 +153,11 @@ EOS
 		"$CAIRN" mount -f "$SP" "$MNT" 2>/dev/null &
 		PID=$!
 		for _ in $(seq 100); do mountpoint -q "$MNT" && break; sleep 0.1; done
-		tar -xf "$TREE" -C "$MNT"
+		if [ "$GIB" -gt 0 ]; then
+			big_tree "$MNT" "$GIB"
+		else
+			tar -xf "$TREE" -C "$MNT"
+		fi
 		rspec $'[[rule]]\nlayer = "fb"\nmatch = "**"\nerrno = "EIO"'
 		kill -HUP $PID; sleep 1
 		n=0 changed=0
