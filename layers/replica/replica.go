@@ -102,6 +102,7 @@ type FS struct {
 	idMu   [64]sync.Mutex     // opens of one object, one at a time
 	unlock func()             // releases Claim's locks
 	watch  []watch            // calls in flight by replica, for the watchdog
+	rootAt atomic.Int64       // when the replicas' directories were last checked (checkRoots)
 	stop   chan struct{}      // stops the watchdog
 }
 
@@ -225,6 +226,7 @@ func full(err error) bool {
 
 // degrade marks replica i degraded, unless it is the last healthy one;
 // it reports whether it did (or the replica was already degraded).
+// An empty op says that no operation failed (checkRoots).
 func (fs *FS) degrade(i int, op, path string, err error) bool {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -238,8 +240,13 @@ func (fs *FS) degrade(i int, op, path string, err error) bool {
 	fs.degraded.Store(d | 1<<i)
 	fs.epoch.Add(1)
 	clear(fs.marked)
-	fs.log.Error("replica: a replica fails and is degraded: it gets no more traffic until 'cairn resync'",
-		"replica", i+1, "dir", layer.LowerDir(fs.r[i]), "op", op, "path", path, "err", err)
+	if op == "" {
+		fs.log.Error("replica: a replica is degraded: it gets no more traffic until 'cairn resync'",
+			"replica", i+1, "dir", layer.LowerDir(fs.r[i]), "err", err)
+	} else {
+		fs.log.Error("replica: a replica fails and is degraded: it gets no more traffic until 'cairn resync'",
+			"replica", i+1, "dir", layer.LowerDir(fs.r[i]), "op", op, "path", path, "err", err)
+	}
 	fs.saveState(context.Background())
 	return true
 }
@@ -359,6 +366,29 @@ func (fs *FS) watchdog(stop chan struct{}) {
 	}
 }
 
+// rootCheckEvery bounds how often changes check that each replica's
+// directory is still at its path (a variable for tests).
+var rootCheckEvery = 100 * time.Millisecond
+
+// checkRoots degrades a replica whose directory was renamed (or removed,
+// or replaced) behind the mount: the daemon's descriptor still reaches it,
+// so its changes would go on into a directory that is no longer the
+// replica's. Changes call it; it costs one stat per replica at most every
+// rootCheckEvery (layer.RootMoved), none in between, and reads none (what
+// they read is the same wherever the directory went).
+func (fs *FS) checkRoots() {
+	now := time.Now().UnixNano()
+	last := fs.rootAt.Load()
+	if now-last < int64(rootCheckEvery) || !fs.rootAt.CompareAndSwap(last, now) {
+		return
+	}
+	for _, i := range fs.healthy() {
+		if err := layer.RootMoved(fs.r[i]); err != nil {
+			fs.degrade(i, "", "", fmt.Errorf("its directory was moved or removed while mounted (%w): put it back, then run 'cairn resync SPEC'", err))
+		}
+	}
+}
+
 // call is do for an operation that gives only an error.
 func (fs *FS) call(i int, fn func() error) error {
 	_, err := do(fs, i, func() (struct{}, error) { return struct{}{}, fn() }, nil)
@@ -406,6 +436,7 @@ func one[T any](fs *FS, i int, op, path string, fn func(i int) (T, error)) (T, i
 // answered (lead); replicas that fail, or answer otherwise than it
 // (divergence), are degraded.
 func all[T any](fs *FS, op, path string, fn func(i int) (T, error), drop func(T)) (vals []T, lead int, err error) {
+	fs.checkRoots()
 	h := fs.healthy()
 	vals = make([]T, len(fs.r))
 	errs := make([]error, len(h))

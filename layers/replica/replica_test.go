@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -567,5 +568,69 @@ func TestReplicaFullReplica(t *testing.T) {
 				t.Errorf("write with every replica full: %v, want ENOSPC", err)
 			}
 		})
+	}
+}
+
+// TestReplicaDirectoryMovedAway: a replica's directory renamed behind the
+// mount (mv rb/d rb/gone) is degraded at the next change, with one log
+// line naming it and what to run; the change and those after it go to the
+// other replica only, not on into rb/gone through the daemon's descriptor.
+func TestReplicaDirectoryMovedAway(t *testing.T) {
+	base := t.TempDir()
+	ra, rb := filepath.Join(base, "ra"), filepath.Join(base, "rb", "d")
+	for _, d := range []string{ra, rb} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer replica.CheckRootsAlways()()
+	r := build(t, replica.Options{Policy: replica.RoundRobin}, locals(t, []string{ra, rb})...)
+	var logged bytes.Buffer
+	r.SetLog(slog.New(slog.NewTextHandler(&logged, nil)))
+	m := mounttest.Mount(t, r)
+	if err := os.WriteFile(m.Path("before"), []byte("one"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gone := filepath.Join(base, "rb", "gone")
+	if err := os.Rename(rb, gone); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(m.Path("after"), []byte("two"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(m.Path("before"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("+more")); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := os.Mkdir(m.Path("dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if d := r.Degraded(); d != 1<<1 {
+		t.Errorf("degraded set %b, want replica 2 (10)", d)
+	}
+	lines := strings.Split(strings.TrimSpace(logged.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], "replica=2") || !strings.Contains(lines[0], rb) || !strings.Contains(lines[0], "cairn resync") {
+		t.Errorf("want one log line naming replica 2, %s and cairn resync; got:\n%s", rb, logged.String())
+	}
+	for _, c := range []struct{ path, want string }{
+		{m.Path("before"), "one+more"}, {m.Path("after"), "two"},
+		{filepath.Join(ra, "before"), "one+more"}, {filepath.Join(ra, "after"), "two"},
+		{filepath.Join(gone, "before"), "one"},
+	} {
+		if b, err := os.ReadFile(c.path); err != nil || string(b) != c.want {
+			t.Errorf("%s: %q, %v; want %q", c.path, b, err, c.want)
+		}
+	}
+	for _, n := range []string{"after", "dir"} {
+		if _, err := os.Lstat(filepath.Join(gone, n)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s made in the moved directory: %v", n, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(ra, "dir")); err != nil {
+		t.Errorf("dir on replica 1: %v", err)
 	}
 }
