@@ -674,7 +674,11 @@ func (fs *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (laye
 }
 
 func (fs *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, error) {
-	return fs.change(ctx, "mkdir", path, func(i int) (layer.Attr, error) { return fs.r[i].Mkdir(ctx, path, mode) }, path)
+	a, err := fs.change(ctx, "mkdir", path, func(i int) (layer.Attr, error) { return fs.r[i].Mkdir(ctx, path, mode) }, path)
+	if err == nil {
+		fs.made(ctx, path)
+	}
+	return a, err
 }
 
 func (fs *FS) Mknod(ctx context.Context, path string, mode uint32, rdev uint64) (layer.Attr, error) {
@@ -710,12 +714,21 @@ func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32)
 	fs.forgetMarks(oldpath)
 	fs.forgetMarks(newpath)
 	dirty := []string{parent(oldpath), newpath}
-	if flags&unix.RENAME_EXCHANGE != 0 {
+	exchange := flags&unix.RENAME_EXCHANGE != 0
+	if exchange {
 		dirty = append(dirty, oldpath)
+	}
+	// Where the objects are on the degraded replicas (the dirty log's
+	// renames, dirty.go).
+	from, back := fs.origins(ctx, oldpath), map[int]string(nil)
+	if exchange {
+		back = fs.origins(ctx, newpath)
 	}
 	err := fs.unchanged(ctx, "rename", oldpath, func(i int) error { return fs.r[i].Rename(ctx, oldpath, newpath, flags) }, dirty...)
 	if err == nil {
-		fs.renamed(oldpath, newpath, flags&unix.RENAME_EXCHANGE != 0)
+		fs.setFrom(layer.AsSelf(ctx), newpath, from)
+		fs.setFrom(layer.AsSelf(ctx), oldpath, back)
+		fs.renamed(oldpath, newpath, exchange)
 	}
 	return err
 }

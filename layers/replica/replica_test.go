@@ -634,3 +634,90 @@ func TestReplicaDirectoryMovedAway(t *testing.T) {
 		t.Errorf("dir on replica 1: %v", err)
 	}
 }
+
+// TestReplicaResyncRenames: what is renamed while a replica is degraded (a
+// directory of many files into a directory made meanwhile, a file, a file
+// out of a renamed directory, a directory made and renamed) is renamed on
+// it by resync, not copied: only what changed is copied (a file rewritten
+// in the renamed directory with its size kept, found by its hash), and the
+// replicas are identical after.
+func TestReplicaResyncRenames(t *testing.T) {
+	dirs := lowers(t, 2)
+	f2 := faulty(t, dirs[1])
+	r := build(t, replica.Options{Timeout: 300 * 1e6}, localFS(t, dirs[0]), f2)
+	m := mounttest.Mount(t, r)
+	write := func(p string, b []byte) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 50 {
+		write(m.Path("big", fmt.Sprintf("f%d", i)), bytes.Repeat([]byte{byte('a' + i%26)}, 100+i))
+	}
+	for i := range 10 {
+		write(m.Path("big", "sub", fmt.Sprintf("s%d", i)), bytes.Repeat([]byte{byte('A' + i)}, 200+i))
+	}
+	write(m.Path("solo"), []byte("solo"))
+	write(m.Path("d0", "a"), []byte("old a"))
+	same(t, dirs...)
+
+	f2.SetRules(fault.Rules{{Errno: syscall.EIO}})
+	write(m.Path("trigger"), []byte("x"))
+	if r.Degraded() != 0b10 {
+		t.Fatalf("degraded %02b, want 10", r.Degraded())
+	}
+	mv := func(a, b string) {
+		t.Helper()
+		if err := os.Rename(m.Path(a), m.Path(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(m.Path("moved"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mv("big", "moved/big2")
+	mv("solo", "solo2")
+	mv("moved/big2/sub/s1", "moved/big2/s1x")
+	write(m.Path("moved/big2/f3"), bytes.Repeat([]byte{'Z'}, 103))
+	if err := os.Mkdir(m.Path("nd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mv("nd", "nd2")
+	// Old paths used again: a new solo of the old one's size; a new d0
+	// with an a of the old one's size, renamed in turn.
+	write(m.Path("solo"), []byte("SOLO"))
+	mv("d0", "d0x")
+	write(m.Path("d0", "a"), []byte("new a"))
+	mv("d0", "d0y")
+	m.Unmount()
+	r.Close()
+	f2.SetRules(nil)
+
+	r2 := build(t, replica.Options{}, locals(t, dirs)...)
+	if r2.Degraded() != 0b10 {
+		t.Fatalf("a new mount sees degraded %02b, want 10", r2.Degraded())
+	}
+	replica.SetDebugCopy(func(k int, p string) { t.Logf("copy to %d: %s", k+1, p) })
+	defer replica.SetDebugCopy(nil)
+	st, err := r2.ResyncStats(t.Context(), false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Copied: trigger, moved (made for big2), nd2 (new), big2/f3
+	// (rewritten), the new solo, d0y and its a; renamed: big, solo,
+	// sub/s1, d0.
+	if st.Copied != 7 || st.Renamed != 4 || st.Removed != 0 {
+		t.Errorf("resync: %+v, want 7 copied, 4 renamed, 0 removed", st)
+	}
+	same(t, dirs...)
+	if b, err := os.ReadFile(filepath.Join(dirs[1], "moved/big2/f3")); err != nil || !bytes.Equal(b, bytes.Repeat([]byte{'Z'}, 103)) {
+		t.Errorf("moved/big2/f3 on replica 2: %q %v", b, err)
+	}
+	if st, err := r2.ResyncStats(t.Context(), false, nil); err != nil || st.Copied != 0 || st.Removed != 0 || st.Renamed != 0 {
+		t.Errorf("a second resync: %+v %v", st, err)
+	}
+}
