@@ -70,7 +70,15 @@ type Options struct {
 	NoPassthrough bool
 	// ResyncAtMount brings degraded replicas back in Claim.
 	ResyncAtMount bool
+	// BalanceSize: read-only files smaller than this are read from the
+	// primary, which answered their lookup; the policy balances the
+	// larger ones (0: every file).
+	BalanceSize int64
 }
+
+// DefaultBalanceSize is BalanceSize unless the spec says otherwise: see
+// docs/replica.md ("Reads of small files") for the measurements.
+const DefaultBalanceSize = 1 << 20
 
 // maxReplicas bounds the replicas of one layer: the dirty log keeps a bit
 // per replica.
@@ -770,6 +778,9 @@ func release(f layer.File) { f.Release(context.Background()) }
 
 func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, error) {
 	f := &file{fs: fs, flags: flags &^ (unix.O_CREAT | unix.O_EXCL | unix.O_TRUNC), lf: make([]layer.File, len(fs.r))}
+	if !writes(flags) {
+		return fs.openRead(ctx, f, path, flags)
+	}
 	a, err := fs.Getattr(ctx, path)
 	if err != nil {
 		return nil, err
@@ -777,30 +788,6 @@ func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, err
 	f.id = a.ID()
 	unlock := fs.lockID(f.id)
 	defer unlock()
-	if !writes(flags) {
-		// One replica's file; the identity shown is the primary's.
-		want, pt, err := fs.readOpen(f.id)
-		if err != nil {
-			return nil, err
-		}
-		if want < 0 {
-			want = fs.pick()
-		}
-		lf, i, err := one(fs, want, "open", path, func(i int) (layer.File, error) { return fs.r[i].Open(ctx, path, flags) })
-		if err != nil {
-			return nil, err
-		}
-		f.lf[i], f.rd = lf, i
-		if p := fs.primary(); p != i {
-			f.show = &f.id
-			if staleAtime(&a) {
-				fs.touch(ctx, p, path)
-			}
-		}
-		f.pt = pt && i == want && lf.Caps()&layer.CapPassthrough != 0
-		fs.opened(f)
-		return fs.track(f, path), nil
-	}
 	pt := fs.writeOpen(f.id)
 	if pt >= 0 {
 		// Write-intent, before anything is written (see opens.go).
@@ -834,22 +821,67 @@ func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, err
 	return fs.track(f, path), nil
 }
 
+// openRead opens a file to read: one replica's file, whose identity shown
+// is the primary's. It is opened on the primary first, which gives the
+// identity and size by its descriptor (no lookup by path): a file smaller
+// than BalanceSize is read there; a larger one where the policy says, the
+// primary's file then serving only to touch its atime (without reading
+// data) when the read elsewhere would have changed it.
+func (fs *FS) openRead(ctx context.Context, f *file, path string, flags int) (layer.File, error) {
+	open := func(i int) (layer.File, error) { return fs.r[i].Open(ctx, path, flags) }
+	lf, p, err := one(fs, fs.primary(), "open", path, open)
+	if err != nil {
+		return nil, err
+	}
+	a, err := inline(fs, p, "fgetattr", path, func() (layer.Attr, error) { return lf.Getattr(ctx) })
+	if err != nil {
+		lf.Release(ctx)
+		return nil, err
+	}
+	fs.tag(&a, p)
+	f.id = a.ID()
+	unlock := fs.lockID(f.id)
+	defer unlock()
+	want, pt, err := fs.readOpen(f.id)
+	if err != nil {
+		lf.Release(ctx)
+		return nil, err
+	}
+	if want < 0 {
+		want = p
+		if int64(a.Size) >= fs.o.BalanceSize {
+			want = fs.pick()
+		}
+	}
+	i := p
+	if want != p {
+		other, j, err := one(fs, want, "open", path, open)
+		if err != nil {
+			lf.Release(ctx)
+			return nil, err
+		}
+		if j != p {
+			if staleAtime(&a) {
+				layer.TouchAtime(ctx, lf)
+			}
+			lf.Release(ctx)
+			lf, i = other, j
+			f.show = &f.id
+		} else {
+			other.Release(ctx)
+		}
+	}
+	f.lf[i], f.rd = lf, i
+	f.pt = pt && i == want && lf.Caps()&layer.CapPassthrough != 0
+	fs.opened(f)
+	return fs.track(f, path), nil
+}
+
 // staleAtime says whether a read would change a's atime under relatime
 // (the default): it is not after the last change, or a day old.
 func staleAtime(a *layer.Attr) bool {
 	after := func(x, y layer.Time) bool { return x.Sec > y.Sec || x.Sec == y.Sec && x.Nsec > y.Nsec }
 	return !after(a.Atime, a.Mtime) || !after(a.Atime, a.Ctime) || time.Now().Unix()-a.Atime.Sec >= 24*3600
-}
-
-// touch changes the atime of path on replica i as a read would (the
-// primary's, whose attributes are shown, when another replica serves the
-// read).
-func (fs *FS) touch(ctx context.Context, i int, path string) {
-	lf, err := inline(fs, i, "open", path, func() (layer.File, error) { return fs.r[i].Open(ctx, path, unix.O_RDONLY) })
-	if err == nil {
-		layer.TouchAtime(ctx, lf)
-		lf.Release(ctx)
-	}
 }
 
 // created is what Create gives on one replica.

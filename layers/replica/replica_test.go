@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -719,5 +721,114 @@ func TestReplicaResyncRenames(t *testing.T) {
 	}
 	if st, err := r2.ResyncStats(t.Context(), false, nil); err != nil || st.Copied != 0 || st.Removed != 0 || st.Renamed != 0 {
 		t.Errorf("a second resync: %+v %v", st, err)
+	}
+}
+
+// resident counts the pages of a file in the page cache.
+func resident(t *testing.T, p string) int {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	b, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(b)
+	vec := make([]byte, (len(b)+os.Getpagesize()-1)/os.Getpagesize())
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		t.Fatal(e)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n
+}
+
+// evict drops a file's pages from the page cache.
+func evict(t *testing.T, p string) {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.Sync() // dirty pages stay
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReplicaSmallReadsStayOnPrimary: read-only files smaller than
+// BalanceSize are read from the primary (no open, lookup or read on the
+// other replica); larger ones are spread by the policy, and one read on
+// another replica changes the primary's atime (relatime: it was due)
+// without reading its data (no page of the primary's file comes into the
+// page cache).
+func TestReplicaSmallReadsStayOnPrimary(t *testing.T) {
+	dirs := lowers(t, 2)
+	small, big := bytes.Repeat([]byte("small "), 700), bytes.Repeat([]byte("big file "), 150000)
+	old := time.Now().Add(-time.Hour)
+	for _, d := range dirs {
+		for i := range 8 {
+			os.WriteFile(filepath.Join(d, fmt.Sprintf("s%d", i)), small, 0o644)
+		}
+		for i := range 4 {
+			p := filepath.Join(d, fmt.Sprintf("b%d", i))
+			os.WriteFile(p, big, 0o644)
+			os.Chtimes(p, old.Add(-time.Hour), old) // atime before mtime: due
+		}
+	}
+	var counted []*mounttest.IOCounter
+	var ls []layer.FS
+	for _, d := range dirs {
+		c := mounttest.CountIO(localFS(t, d))
+		counted = append(counted, c)
+		ls = append(ls, c)
+	}
+	r := build(t, replica.Options{Policy: replica.RoundRobin, NoPassthrough: true, BalanceSize: 1 << 20}, ls...)
+	m := mounttest.Mount(t, r)
+	for _, c := range counted {
+		c.Reads.Store(0) // the first mount's comparison of the trees
+	}
+	for i := range 8 {
+		if b, err := os.ReadFile(m.Path(fmt.Sprintf("s%d", i))); err != nil || !bytes.Equal(b, small) {
+			t.Fatalf("s%d: %d bytes, %v", i, len(b), err)
+		}
+	}
+	if n := counted[1].Reads.Load(); n != 0 || counted[0].Reads.Load() == 0 {
+		t.Errorf("small files: %d reads on replica 1, %d on replica 2; want all on replica 1", counted[0].Reads.Load(), n)
+	}
+	elsewhere := 0
+	for i := range 4 {
+		name := fmt.Sprintf("b%d", i)
+		for _, d := range dirs {
+			evict(t, filepath.Join(d, name))
+		}
+		var before unix.Stat_t
+		unix.Stat(filepath.Join(dirs[0], name), &before)
+		r2 := counted[1].Reads.Load()
+		if b, err := os.ReadFile(m.Path(name)); err != nil || !bytes.Equal(b, big) {
+			t.Fatalf("%s: %d bytes, %v", name, len(b), err)
+		}
+		if counted[1].Reads.Load() == r2 {
+			continue // served by the primary
+		}
+		elsewhere++
+		var after unix.Stat_t
+		unix.Stat(filepath.Join(dirs[0], name), &after)
+		if after.Atim == before.Atim {
+			t.Errorf("%s read on replica 2: the primary's atime is unchanged", name)
+		}
+		if n := resident(t, filepath.Join(dirs[0], name)); n != 0 {
+			t.Errorf("%s read on replica 2: %d pages of the primary's file were read to change its atime", name, n)
+		}
+	}
+	if elsewhere == 0 {
+		t.Error("no large file was read on replica 2")
 	}
 }
