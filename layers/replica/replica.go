@@ -78,7 +78,7 @@ type Options struct {
 
 // DefaultBalanceSize is BalanceSize unless the spec says otherwise: see
 // docs/replica.md ("Reads of small files") for the measurements.
-const DefaultBalanceSize = 1 << 20
+const DefaultBalanceSize = 64 << 10
 
 // maxReplicas bounds the replicas of one layer: the dirty log keeps a bit
 // per replica.
