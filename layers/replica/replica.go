@@ -99,19 +99,20 @@ type FS struct {
 	outstanding []atomic.Int64
 	rr          atomic.Uint64
 
-	mu     sync.Mutex
-	state  state             // as last written
-	marked map[string]uint32 // dirty marks known to be set, by path
-	files  map[*file]struct{}
-	epoch  atomic.Uint64 // bumped when a replica is degraded
-	opens  map[layer.ID]*opens
-	ptw    map[string]ptwMark // paths under write-intent (opens.go)
-	ptwN   int                // files passed through to write
-	idMu   [64]sync.Mutex     // opens of one object, one at a time
-	unlock func()             // releases Claim's locks
-	watch  []watch            // calls in flight by replica, for the watchdog
-	rootAt atomic.Int64       // when the replicas' directories were last checked (checkRoots)
-	stop   chan struct{}      // stops the watchdog
+	mu        sync.Mutex
+	state     state             // as last written
+	marked    map[string]uint32 // dirty marks known to be set, by path
+	files     map[*file]struct{}
+	epoch     atomic.Uint64 // bumped when a replica is degraded
+	opens     map[layer.ID]*opens
+	ptw       map[string]ptwMark // paths under write-intent (opens.go)
+	ptwN      int                // files passed through to write
+	idMu      [64]sync.Mutex     // opens of one object, one at a time
+	unlock    func()             // releases Claim's locks
+	watch     []watch            // calls in flight by replica, for the watchdog
+	rootAt    atomic.Int64       // when the replicas' directories were last checked (checkRoots)
+	rootEvery time.Duration      // at most this often
+	stop      chan struct{}      // stops the watchdog
 }
 
 // New builds a replica layer over lowers. It checks nothing on the
@@ -136,7 +137,8 @@ func New(lowers []layer.FS, o Options) (*FS, error) {
 		seen[a.ID()] = i
 	}
 	fs := &FS{r: lowers, o: o, log: slog.Default(), outstanding: make([]atomic.Int64, len(lowers)),
-		marked: map[string]uint32{}, files: map[*file]struct{}{}, opens: map[layer.ID]*opens{}, ptw: map[string]ptwMark{}}
+		marked: map[string]uint32{}, files: map[*file]struct{}{}, opens: map[layer.ID]*opens{}, ptw: map[string]ptwMark{},
+		rootEvery: rootCheckEvery}
 	for _, l := range lowers {
 		fs.meta = append(fs.meta, layer.NewMeta(l, "replica"))
 	}
@@ -375,8 +377,8 @@ func (fs *FS) watchdog(stop chan struct{}) {
 }
 
 // rootCheckEvery bounds how often changes check that each replica's
-// directory is still at its path (a variable for tests).
-var rootCheckEvery = 100 * time.Millisecond
+// directory is still at its path (FS.rootEvery; tests set 0).
+const rootCheckEvery = 100 * time.Millisecond
 
 // checkRoots degrades a replica whose directory was renamed (or removed,
 // or replaced) behind the mount: the daemon's descriptor still reaches it,
@@ -387,7 +389,7 @@ var rootCheckEvery = 100 * time.Millisecond
 func (fs *FS) checkRoots() {
 	now := time.Now().UnixNano()
 	last := fs.rootAt.Load()
-	if now-last < int64(rootCheckEvery) || !fs.rootAt.CompareAndSwap(last, now) {
+	if now-last < int64(fs.rootEvery) || !fs.rootAt.CompareAndSwap(last, now) {
 		return
 	}
 	for _, i := range fs.healthy() {

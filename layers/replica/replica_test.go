@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -573,6 +574,25 @@ func TestReplicaFullReplica(t *testing.T) {
 	}
 }
 
+// lockedBuffer is a log written by the server's goroutines, read by the
+// test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // TestReplicaDirectoryMovedAway: a replica's directory renamed behind the
 // mount (mv rb/d rb/gone) is degraded at the next change, with one log
 // line naming it and what to run; the change and those after it go to the
@@ -585,10 +605,10 @@ func TestReplicaDirectoryMovedAway(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	defer replica.CheckRootsAlways()()
 	r := build(t, replica.Options{Policy: replica.RoundRobin}, locals(t, []string{ra, rb})...)
-	var logged bytes.Buffer
-	r.SetLog(slog.New(slog.NewTextHandler(&logged, nil)))
+	r.CheckRootsAlways()
+	logged := &lockedBuffer{}
+	r.SetLog(slog.New(slog.NewTextHandler(logged, nil)))
 	m := mounttest.Mount(t, r)
 	if err := os.WriteFile(m.Path("before"), []byte("one"), 0o644); err != nil {
 		t.Fatal(err)
