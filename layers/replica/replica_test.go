@@ -685,6 +685,10 @@ func TestReplicaResyncRenames(t *testing.T) {
 	}
 	write(m.Path("solo"), []byte("solo"))
 	write(m.Path("d0", "a"), []byte("old a"))
+	for i := range 5 {
+		write(m.Path("x", fmt.Sprintf("x%d", i)), []byte("in x"))
+		write(m.Path("y", fmt.Sprintf("y%d", i)), []byte("in y"))
+	}
 	same(t, dirs...)
 
 	f2.SetRules(fault.Rules{{Errno: syscall.EIO}})
@@ -715,6 +719,10 @@ func TestReplicaResyncRenames(t *testing.T) {
 	mv("d0", "d0x")
 	write(m.Path("d0", "a"), []byte("new a"))
 	mv("d0", "d0y")
+	// Two directories exchanged.
+	if err := unix.Renameat2(unix.AT_FDCWD, m.Path("x"), unix.AT_FDCWD, m.Path("y"), unix.RENAME_EXCHANGE); err != nil {
+		t.Fatal(err)
+	}
 	m.Unmount()
 	r.Close()
 	f2.SetRules(nil)
@@ -731,9 +739,9 @@ func TestReplicaResyncRenames(t *testing.T) {
 	}
 	// Copied: trigger, moved (made for big2), nd2 (new), big2/f3
 	// (rewritten), the new solo, d0y and its a; renamed: big, solo,
-	// sub/s1, d0.
-	if st.Copied != 7 || st.Renamed != 4 || st.Removed != 0 {
-		t.Errorf("resync: %+v, want 7 copied, 4 renamed, 0 removed", st)
+	// sub/s1, d0, x and y.
+	if st.Copied != 7 || st.Renamed != 6 || st.Removed != 0 {
+		t.Errorf("resync: %+v, want 7 copied, 6 renamed, 0 removed", st)
 	}
 	same(t, dirs...)
 	if b, err := os.ReadFile(filepath.Join(dirs[1], "moved/big2/f3")); err != nil || !bytes.Equal(b, bytes.Repeat([]byte{'Z'}, 103)) {
