@@ -65,6 +65,12 @@ func init() {
 		Explain: func(v registry.Values, over []string) []string {
 			return []string{fmt.Sprintf("replicas: %s (reads: %s; changes: all)", strings.Join(over, ", "), v.String("policy"))}
 		},
+		NoPassthrough: func(o registry.Values) string {
+			if !o.Bool("passthrough") {
+				return "passthrough = false: every read comes through the layer, to fail over"
+			}
+			return ""
+		},
 		CheckDirs: checkDirs,
 		New: func(l []layer.FS, o registry.Values) (layer.FS, error) {
 			p, err := ParsePolicy(o.String("policy"))
