@@ -7,6 +7,7 @@
 #   replica2   replica of disk 1 and disk 2 (round-robin)
 #   replica3   replica of disk 1, disk 2 and a second directory of disk 1
 #   replica2first  replica2 with policy = "first" (reads from disk 1 only)
+#   replica2all    replica2 with balance_size = 0 (small files balanced too)
 #   (--configs a,b chooses among them, and leaves par4 out)
 #
 # Workloads (each on fresh, empty lowers; "cold": unmount, sync, drop
@@ -47,7 +48,7 @@ while [ $# -gt 0 ]; do
 	--only-resync) RESYNC=1 MAIN=0; shift ;;
 	--resync-gib) GIB=$2; RESYNC=1; shift 2 ;;
 	--out) OUT=$2; shift 2 ;;
-	-h|--help) sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "replica.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -100,6 +101,7 @@ spec() {
 	replica2) echo "replica:$D1/r:$D2/r" ;;
 	replica2lo) echo "replica(policy=least-outstanding):$D1/r:$D2/r" ;;
 	replica2first) echo "replica(policy=first):$D1/r:$D2/r" ;;
+	replica2all) echo "replica(balance_size=0):$D1/r:$D2/r" ;;
 	replica3) echo "replica:$D1/r:$D2/r:$D1/r3" ;;
 	esac
 }

@@ -73,17 +73,43 @@ func LockLower(ctx context.Context, lower FS, name string) (release func(), err 
 // LowerDir names the directory at the bottom of a chain of one-lower
 // layers, for messages ("" if there is none).
 func LowerDir(l FS) string {
+	if r, ok := bottom(l).(interface{ Root() string }); ok {
+		return r.Root()
+	}
+	return ""
+}
+
+// RootMover is a bottom layer that can tell whether its directory is still
+// at the path it was opened by (local): one renamed or removed behind the
+// stack is still reached through the layer's descriptor, while its path
+// names another directory or nothing.
+type RootMover interface {
+	RootMoved() error
+}
+
+// RootMoved asks the bottom layer of a stack of single lowers whether its
+// directory moved away from its path (nil: it did not, or it cannot tell).
+func RootMoved(l FS) error {
+	if r, ok := bottom(l).(RootMover); ok {
+		return r.RootMoved()
+	}
+	return nil
+}
+
+// bottom is the layer at the bottom of a stack of single lowers that says
+// its directory (Root), or nil.
+func bottom(l FS) FS {
 	for l != nil {
-		if r, ok := l.(interface{ Root() string }); ok {
-			return r.Root()
+		if _, ok := l.(interface{ Root() string }); ok {
+			return l
 		}
 		ls := l.Lowers()
 		if len(ls) != 1 {
-			return ""
+			return nil
 		}
 		l = ls[0]
 	}
-	return ""
+	return nil
 }
 
 // CheckMode says what a Checker may change.

@@ -59,6 +59,13 @@ type Type struct {
 	// (chains: the guarded ones), and hands the others on as its lower
 	// gives them, kernel passthrough included (explain says "partly").
 	PerFile bool
+	// NoPassthrough, when not nil, says from a layer's parsed options and
+	// rules whether it keeps its files from the kernel although it changes
+	// no data (a hook that must see every read and write): a reason, such
+	// as "rule 1 (stack.toml:9:1) can fire on reads and writes", or "" when
+	// its files keep kernel passthrough. cairn explain reads it, since the
+	// layer decides at run time.
+	NoPassthrough func(v Values) string
 	// Lacks is what the type cannot do whatever its lowers can (for
 	// explain before building; the built layer says it with
 	// layer.FSCapser).

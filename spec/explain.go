@@ -26,14 +26,16 @@ func (s *Spec) Explain(w io.Writer) {
 		n = "1 layer"
 	}
 	fmt.Fprintf(w, "%s mounts layer %q (%s)\n", src, s.Mount, n)
-	if who := s.dataChangers(s.Mount); len(who) == 0 {
+	who, keep := s.dataChangers(s.Mount), s.keepers(s.Mount)
+	switch {
+	case len(who) == 0 && len(keep) == 0:
 		fmt.Fprintf(w, "kernel passthrough: yes: no layer changes file data, so the kernel reads and writes the lower files itself\n")
-	} else if s.allPerFile(who) {
+	case len(keep) == 0 && s.allPerFile(who):
 		fmt.Fprintf(w, "kernel passthrough: partly: %s the data of some files (each file decides); the others are passed through\n", changersText(who))
-	} else if s.clearPath(s.Mount) {
-		fmt.Fprintf(w, "kernel passthrough: partly: %s file data; the files of the paths without it are passed through (each file decides)\n", changersText(who))
-	} else {
-		fmt.Fprintf(w, "kernel passthrough: no: %s file data\n", changersText(who))
+	case s.clearPath(s.Mount):
+		fmt.Fprintf(w, "kernel passthrough: partly: %s; the files of the paths without it are passed through (each file decides)\n", whyNot(who, keep))
+	default:
+		fmt.Fprintf(w, "kernel passthrough: no: %s\n", whyNot(who, keep))
 	}
 	if lacks := s.lacks(s.Mount); lacks.caps != 0 {
 		fmt.Fprintf(w, "cannot: %s (%s); the mount answers EPERM, EINVAL or EOPNOTSUPP\n", lacks.caps, strings.Join(lacks.who, ", "))
@@ -65,8 +67,57 @@ func (s *Spec) Explain(w io.Writer) {
 		mo = append(mo, k+" = "+v)
 	}
 	fmt.Fprintf(w, "mount options: %s\n\n", strings.Join(mo, ", "))
-	e := &explainer{w: w, seen: map[string]bool{}, all: s.dataChangers(s.Mount)}
-	s.explainLayer(e, s.Mount, "", true, true, nil)
+	e := &explainer{w: w, seen: map[string]bool{}, all: who, keep: keep}
+	s.explainLayer(e, s.Mount, "", true, true, nil, nil)
+}
+
+// whyNot says why files are not passed through: the layers that change
+// their data (who) and those that keep them from the kernel (keep).
+func whyNot(who, keep []string) string {
+	var parts []string
+	if len(who) > 0 {
+		parts = append(parts, changersText(who)+" file data")
+	}
+	if len(keep) == 1 {
+		parts = append(parts, "layer "+keep[0])
+	} else if len(keep) > 1 {
+		parts = append(parts, "layers "+andList(keep))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// keepers lists the layers at or below name that change no data but keep
+// their files from the kernel all the same (registry.Type.NoPassthrough,
+// from the parsed options and rules), as `"name" (type) keeps its files
+// from the kernel: why`.
+func (s *Spec) keepers(name string) []string {
+	var out []string
+	seen := map[string]bool{}
+	var walk func(string)
+	walk = func(n string) {
+		l := s.Layers[n]
+		if l == nil || seen[n] {
+			return
+		}
+		seen[n] = true
+		if why := s.keeps(l); why != "" {
+			out = append(out, fmt.Sprintf("%q (%s) keeps its files from the kernel: %s", n, l.Type, why))
+		}
+		for _, o := range l.Over {
+			walk(o)
+		}
+	}
+	walk(name)
+	return out
+}
+
+// keeps is why l keeps its files from the kernel though it changes no
+// data ("" if it does not).
+func (s *Spec) keeps(l *Layer) string {
+	if l.t == nil || l.t.NoPassthrough == nil || l.Values == nil || l.t.Changes&layer.ChangesData != 0 {
+		return ""
+	}
+	return l.t.NoPassthrough(l.Values)
 }
 
 func changersText(who []string) string {
@@ -120,7 +171,7 @@ func (s *Spec) allPerFile(who []string) bool {
 // has no layer that changes data: its files can be passed through.
 func (s *Spec) clearPath(name string) bool {
 	l := s.Layers[name]
-	if l == nil || l.t == nil || l.t.Changes&layer.ChangesData != 0 && !l.t.PerFile {
+	if l == nil || l.t == nil || l.t.Changes&layer.ChangesData != 0 && !l.t.PerFile || s.keeps(l) != "" {
 		return false
 	}
 	if len(l.Over) == 0 {
@@ -190,11 +241,13 @@ type explainer struct {
 	w    io.Writer
 	seen map[string]bool
 	all  []string // the layers of the stack that change data
+	keep []string // those that keep their files from the kernel all the same
 }
 
 // explainLayer prints name and the layers under it. above lists the layers
-// over it that change data.
-func (s *Spec) explainLayer(e *explainer, name, prefix string, last, root bool, above []string) {
+// over it that change data, aboveKeep those that keep their files from the
+// kernel.
+func (s *Spec) explainLayer(e *explainer, name, prefix string, last, root bool, above, aboveKeep []string) {
 	w, seen := e.w, e.seen
 	l := s.Layers[name]
 	head, body := prefix, prefix
@@ -227,11 +280,14 @@ func (s *Spec) explainLayer(e *explainer, name, prefix string, last, root bool, 
 		line("%s", t.Summary)
 		line("changes: %s", t.Changes)
 		onPath := append(append([]string{}, above...), s.dataChangers(name)...)
+		keepOnPath := append(append([]string{}, aboveKeep...), s.keepers(name)...)
 		switch {
-		case len(e.all) == 0:
+		case len(e.all) == 0 && len(e.keep) == 0:
 			line("passthrough: yes")
-		case len(onPath) > 0 && s.allPerFile(onPath):
+		case len(keepOnPath) == 0 && len(onPath) > 0 && s.allPerFile(onPath):
 			line("passthrough: per file (%s the data of some files; the others are passed through)", changersText(onPath))
+		case len(keepOnPath) > 0:
+			line("passthrough: no (%s)", whyNot(onPath, keepOnPath))
 		case len(onPath) > 0:
 			line("passthrough: no (%s data)", changersText(onPath))
 		default:
@@ -269,8 +325,11 @@ func (s *Spec) explainLayer(e *explainer, name, prefix string, last, root bool, 
 	if t != nil && t.Changes&layer.ChangesData != 0 {
 		above = append(append([]string{}, above...), fmt.Sprintf("%q (%s)", name, l.Type))
 	}
+	if why := s.keeps(l); why != "" {
+		aboveKeep = append(append([]string{}, aboveKeep...), fmt.Sprintf("%q (%s) keeps its files from the kernel: %s", name, l.Type, why))
+	}
 	for i, o := range l.Over {
-		s.explainLayer(e, o, body, i == len(l.Over)-1, false, above)
+		s.explainLayer(e, o, body, i == len(l.Over)-1, false, above, aboveKeep)
 	}
 }
 

@@ -119,10 +119,13 @@ func optionLine(o *registry.Option) string {
 	return s
 }
 
-func changesMarkdown(c layer.Changes) string {
+func changesMarkdown(t *registry.Type) string {
+	c := t.Changes
 	s := c.String()
 	if c&layer.ChangesData != 0 {
 		s += " (files under it get no kernel passthrough)"
+	} else if t.NoPassthrough != nil {
+		s += " (kernel passthrough stays possible, unless the options or rules need to see every read and write: `cairn explain` says)"
 	} else {
 		s += " (kernel passthrough stays possible)"
 	}
@@ -138,7 +141,7 @@ func specMarkdown() string {
 	b.WriteString("Every layer type that `cairn layers` lists, with its options. Sizes take bytes or a unit\n(`4096`, `\"64KiB\"`, `\"1MiB\"`), durations Go's form (`\"1s\"`, `\"250ms\"`), lists a TOML array\n(or, inline, elements joined by `+`).\n")
 	for _, t := range registry.Types() {
 		fmt.Fprintf(&b, "\n### `%s`\n\n%s\n\n", t.Name, mdText(capitalize(t.Summary)+"."))
-		fmt.Fprintf(&b, "- stacks over: %s\n- changes: %s\n", t.LowersText(), changesMarkdown(t.Changes))
+		fmt.Fprintf(&b, "- stacks over: %s\n- changes: %s\n", t.LowersText(), changesMarkdown(t))
 		writeOptionsMarkdown(&b, "Options", t.Options)
 		if t.Rules != nil {
 			fmt.Fprintf(&b, "\nRules (`[[rule]]` with `layer` set to a layer of this type): %s\n", mdText(t.Rules.Help))

@@ -28,6 +28,12 @@ func init() {
 					Help: "operation classes: read, write, create, delete, rename, setattr, xattr, exec (default: all); a rename is also a delete of the old name and a create of the new one (and a write of a file it replaces); reading refused refuses exec too, unless the allowing rule names exec", Check: registry.Each(class)},
 			},
 		},
+		NoPassthrough: func(o registry.Values) string {
+			if o.Bool("reload") {
+				return "reload = true: open files are checked on each read and write"
+			}
+			return ""
+		},
 		New: func(l []layer.FS, o registry.Values) (layer.FS, error) {
 			rs, err := FromRegistry(o.Rules(), o.String("default") == "allow")
 			if err != nil {

@@ -77,26 +77,29 @@ type FS struct {
 func New(lower layer.FS, rules Rules, reload, logFaults bool) *FS {
 	fs := &FS{reload: reload, log: logFaults}
 	fs.Lower, fs.Hook = lower, fs
-	fs.NoPassthrough = reload || rules.touchIO()
+	fs.NoPassthrough = reload || rules.ioRule() >= 0
 	fs.rules.Store(&rules)
 	return fs
 }
 
-// touchIO says whether a rule may fire on reads or writes of open files.
-func (rs Rules) touchIO() bool {
-	for _, r := range rs {
+// ioRule is the first rule that may fire on reads or writes of open files
+// (-1: none). Any such rule, whatever its paths, keeps every file of the
+// layer from the kernel (the registration's NoPassthrough says so to
+// cairn explain).
+func (rs Rules) ioRule() int {
+	for k, r := range rs {
 		if r.applies(&layer.Op{Name: "read"}) || r.applies(&layer.Op{Name: "write"}) {
-			return true
+			return k
 		}
 	}
-	return false
+	return -1
 }
 
 // SetRules replaces the rules (tests; a layer built with reload only, for
 // a layer without it passes its files through and would miss reads and
 // writes).
 func (fs *FS) SetRules(rs Rules) error {
-	if !fs.reload && rs.touchIO() && !fs.NoPassthrough {
+	if !fs.reload && rs.ioRule() >= 0 && !fs.NoPassthrough {
 		return errFixed
 	}
 	fs.rules.Store(&rs)

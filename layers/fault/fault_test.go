@@ -1,7 +1,9 @@
 package fault_test
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -233,4 +235,60 @@ func FuzzParse(f *testing.F) {
 			t.Errorf("op %q read as class %v, name %q", s, k, n)
 		}
 	})
+}
+
+// TestExplainSaysWhatTheMountDoes: what cairn explain says of kernel
+// passthrough for a fault layer is what its mount does: a rule that can
+// fire on reads and writes (no ops: every operation), or reload = true,
+// keeps every file of the layer from the kernel, whatever path the rule
+// matches; a rule for other operations keeps passthrough. Counted under
+// the layer, through a mount.
+func TestExplainSaysWhatTheMountDoes(t *testing.T) {
+	for _, c := range []struct {
+		name, opts, rule, want string
+		through                bool // reads reach the layer
+	}{
+		{"no ops", "", "match = \"other/**\"\n", "kernel passthrough: no: layer \"f\" (fault) keeps its files from the kernel: rule 1 at fault.toml:10:3 can fire on reads and writes", true},
+		{"read class", "", "match = \"other/**\"\nops = [\"read\"]\nerrno = \"EIO\"\n", "kernel passthrough: no:", true},
+		{"write op", "", "match = \"**\"\nops = [\"write\"]\nprobability = \"1%\"\n", "kernel passthrough: no:", true},
+		{"create only", "", "match = \"**\"\nops = [\"create\"]\nerrno = \"ENOSPC\"\n", "kernel passthrough: yes", false},
+		{"reload", "reload = true\n", "match = \"**\"\nops = [\"create\"]\n", "kernel passthrough: no: layer \"f\" (fault) keeps its files from the kernel: reload = true", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			lower := t.TempDir()
+			data := []byte(strings.Repeat("cairn ", 10000))
+			if err := os.WriteFile(filepath.Join(lower, "f"), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			text := fmt.Sprintf("mount = \"f\"\n\n[layer.f]\ntype = \"fault\"\nover = [\"l\"]\n%s\n[layer.l]\ntype = \"local\"\npath = %q\n\n", c.opts, lower)
+			if c.opts == "" {
+				text = strings.Replace(text, "over = [\"l\"]\n\n", "over = [\"l\"]\n", 1)
+			}
+			text += "[[rule]]\nlayer = \"f\"\n" + c.rule
+			s, err := spec.Parse("fault.toml", []byte(text))
+			if err != nil {
+				t.Fatalf("%v\n%s", spec.Detail(err), text)
+			}
+			var b strings.Builder
+			s.Explain(&b)
+			if !strings.Contains(b.String(), c.want) {
+				t.Errorf("explain does not say %q:\n%s", c.want, b.String())
+			}
+			st, err := s.Build()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			fs := st.Top.(*fault.FS)
+			counter := mounttest.CountIO(fs.Lower)
+			fs.Lower = counter
+			m := mounttest.Mount(t, fs)
+			if got, err := os.ReadFile(m.Path("f")); err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("read: %d bytes, %v", len(got), err)
+			}
+			if n := counter.Reads.Load(); (n > 0) != c.through {
+				t.Errorf("%d reads reached the layer; explain says %q", n, c.want)
+			}
+		})
+	}
 }

@@ -51,6 +51,19 @@ func init() {
 					}},
 			},
 		},
+		NoPassthrough: func(o registry.Values) string {
+			if o.Bool("reload") {
+				return "reload = true: the rules may change while mounted"
+			}
+			rs, err := FromRegistry(o.Rules())
+			if err != nil {
+				return ""
+			}
+			if k := rs.ioRule(); k >= 0 {
+				return fmt.Sprintf("rule %d at %s can fire on reads and writes", k+1, rs[k].Where)
+			}
+			return ""
+		},
 		New: func(l []layer.FS, o registry.Values) (layer.FS, error) {
 			rs, err := FromRegistry(o.Rules())
 			if err != nil {

@@ -78,7 +78,7 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (n int, err erro
 	return n, err
 }
 
-// TouchAtime reads a byte: the kernel then changes the atime or not by the
+// TouchAtime reads at the end of the file: the kernel then changes the atime or not by the
 // rule of the mount the file was opened through (see FS.SetAtime), as for
 // any read, also of an empty file. A file not open for reading is left as
 // it is.
@@ -89,7 +89,10 @@ func (f *File) TouchAtime(ctx context.Context) (changed bool) {
 		if unix.Fstat(fd, &before) != nil {
 			return nil
 		}
-		if _, err := unix.Pread(fd, b[:], 0); err != nil {
+		// A read at the end of the file: the kernel changes the atime
+		// as for any read (file_accessed), and reads no data (a read
+		// at 0 of a file not in the page cache read it from the disk).
+		if _, err := unix.Pread(fd, b[:], before.Size); err != nil {
 			return nil
 		}
 		changed = unix.Fstat(fd, &after) == nil && after.Atim != before.Atim

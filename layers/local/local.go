@@ -39,6 +39,8 @@ type FS struct {
 	umask   uint32 // the process's umask when New ran (see direct)
 	dirs    dirCache
 	fds     fdCache
+	rootDev uint64 // the directory opened (RootMoved)
+	rootIno uint64
 	// creators run the calls that create objects (see asCaller).
 	creators creators
 }
@@ -52,6 +54,12 @@ func New(root string) (*FS, error) {
 		return nil, fmt.Errorf("local: cannot open directory %s: %w", root, err)
 	}
 	fs := &FS{root: root, rootFd: fd, asOwner: os.Geteuid() == 0, umask: processUmask()}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("local: %s: %w", root, err)
+	}
+	fs.rootDev, fs.rootIno = st.Dev, st.Ino
 	limit := nofile()
 	fs.dirs.size = min(dirCacheSize, max(limit/4, 4))
 	fs.fds.init(fd, limit)
@@ -61,6 +69,20 @@ func New(root string) (*FS, error) {
 
 // Root is the directory's path.
 func (fs *FS) Root() string { return fs.root }
+
+// RootMoved says whether root names another directory than the one the
+// layer opened (or nothing): the directory was renamed, removed or
+// replaced behind the layer, whose descriptor still reaches it. One stat.
+func (fs *FS) RootMoved() error {
+	var st unix.Stat_t
+	if err := unix.Stat(fs.root, &st); err != nil {
+		return fmt.Errorf("%s: %w", fs.root, err)
+	}
+	if st.Dev != fs.rootDev || st.Ino != fs.rootIno {
+		return fmt.Errorf("%s is another directory now (device %d inode %d, was %d %d)", fs.root, st.Dev, st.Ino, fs.rootDev, fs.rootIno)
+	}
+	return nil
+}
 
 func (fs *FS) Lowers() []layer.FS     { return nil }
 func (fs *FS) Changes() layer.Changes { return 0 }

@@ -89,6 +89,90 @@ func (fs *FS) mark(ctx context.Context, path string, d uint32) {
 	fs.mu.Unlock()
 }
 
+// Renames. While replica k is degraded, an object renamed (a directory
+// with everything in it) gets side data "from<k+1>" on the healthy
+// replicas: its path on replica k, that is, where it was when k was
+// degraded. An object's first rename sets it, and later ones keep it (the
+// mark moves with the object); an object below a renamed directory has it
+// by that directory's mark and its own path below it; a directory made
+// while k is away is marked newObj (it has no copy on k). Resync renames
+// the object on k from that path to its new one before it walks the tree,
+// then verifies it as a changed object (a marked file by size and hash),
+// so a renamed directory of many files costs no copy (resync.go, moves).
+
+// newObj is the from mark of a directory made while the replica was away.
+const newObj = "\x00"
+
+func fromKey(k int) string { return fmt.Sprintf("from%d", k+1) }
+
+// origin is where path's object is on degraded replica k, as the from
+// marks on replica i say: its own mark, or its nearest marked ancestor's
+// with the rest of the path (newObj if that is a new directory), or path
+// itself.
+func (fs *FS) origin(ctx context.Context, i, k int, path string) string {
+	rest := ""
+	for p := path; ; p = parent(p) {
+		if v, err := fs.meta[i].Get(ctx, p, fromKey(k)); err == nil {
+			if string(v) == newObj {
+				return newObj
+			}
+			return layer.Join(string(v), rest)
+		}
+		if p == "" {
+			return path
+		}
+		_, name := layer.Split(p)
+		if rest == "" {
+			rest = name
+		} else {
+			rest = name + "/" + rest
+		}
+	}
+}
+
+// setFrom records, on the healthy replicas, where path's object is on the
+// degraded replicas (by replica).
+func (fs *FS) setFrom(ctx context.Context, path string, from map[int]string) {
+	for k, o := range from {
+		for _, i := range fs.healthy() {
+			fs.meta[i].Set(ctx, path, fromKey(k), []byte(o)) // an error: resync copies it
+		}
+	}
+}
+
+// origins are the paths of path's object on each degraded replica (nil
+// when none is degraded).
+func (fs *FS) origins(ctx context.Context, path string) map[int]string {
+	d := fs.degraded.Load()
+	if d == 0 {
+		return nil
+	}
+	ctx = layer.AsSelf(ctx)
+	p := fs.primary()
+	m := map[int]string{}
+	for k := range fs.r {
+		if d&(1<<k) != 0 {
+			m[k] = fs.origin(ctx, p, k, path)
+		}
+	}
+	return m
+}
+
+// made marks a directory made while replicas are degraded as new to them.
+func (fs *FS) made(ctx context.Context, path string) {
+	d := fs.degraded.Load()
+	if d == 0 {
+		return
+	}
+	m := map[int]string{}
+	for k := range fs.r {
+		if d&(1<<k) != 0 {
+			m[k] = newObj
+		}
+	}
+	fs.setFrom(layer.AsSelf(ctx), path, m)
+}
+
 // forgetMarks drops what is known of the marks at and below path, whose
 // objects are about to move or go.
 func (fs *FS) forgetMarks(path string) {

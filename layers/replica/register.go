@@ -57,11 +57,19 @@ func init() {
 				}},
 			{Name: "passthrough", Kind: registry.Bool, Default: true,
 				Help: "hand read-only files to the kernel (native read speed); their reads then do not fail over to another replica while open"},
+			{Name: "balance_size", Kind: registry.Size, Default: int64(DefaultBalanceSize),
+				Help: "read-only files smaller than this are read from the primary replica, which answered their lookup; the policy spreads the larger ones (0: every file)"},
 			{Name: "resync", Kind: registry.Bool, Default: false,
 				Help: "bring degraded replicas back at mount (as 'cairn resync' does) before serving"},
 		},
 		Explain: func(v registry.Values, over []string) []string {
 			return []string{fmt.Sprintf("replicas: %s (reads: %s; changes: all)", strings.Join(over, ", "), v.String("policy"))}
+		},
+		NoPassthrough: func(o registry.Values) string {
+			if !o.Bool("passthrough") {
+				return "passthrough = false: every read comes through the layer, to fail over"
+			}
+			return ""
 		},
 		CheckDirs: checkDirs,
 		New: func(l []layer.FS, o registry.Values) (layer.FS, error) {
@@ -69,7 +77,7 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			return New(l, Options{Policy: p, Timeout: o.Duration("timeout"), NoPassthrough: !o.Bool("passthrough"), ResyncAtMount: o.Bool("resync")})
+			return New(l, Options{Policy: p, Timeout: o.Duration("timeout"), NoPassthrough: !o.Bool("passthrough"), ResyncAtMount: o.Bool("resync"), BalanceSize: o.Int("balance_size")})
 		},
 	})
 }

@@ -59,3 +59,26 @@ path = "` + y + `"
 		t.Errorf("timeout = \"-1s\": %v", err)
 	}
 }
+
+// TestExplainPassthrough: explain says that passthrough = false keeps the
+// replica's files from the kernel (its reads fail over), and that they are
+// passed through otherwise.
+func TestExplainPassthrough(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	for opts, want := range map[string]string{
+		"":                    "kernel passthrough: yes",
+		"(passthrough=false)": `kernel passthrough: no: layer "replica" (replica) keeps its files from the kernel: passthrough = false`,
+		"(balance_size=0)":    "kernel passthrough: yes",
+		"(balance_size=1MiB)": "kernel passthrough: yes",
+	} {
+		s, err := spec.ParseInline("replica" + opts + ":" + a + ":" + b)
+		if err != nil {
+			t.Fatalf("%s: %v", opts, spec.Detail(err))
+		}
+		var out strings.Builder
+		s.Explain(&out)
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("%s: explain does not say %q:\n%s", opts, want, out.String())
+		}
+	}
+}

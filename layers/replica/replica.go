@@ -70,7 +70,15 @@ type Options struct {
 	NoPassthrough bool
 	// ResyncAtMount brings degraded replicas back in Claim.
 	ResyncAtMount bool
+	// BalanceSize: read-only files smaller than this are read from the
+	// primary, which answered their lookup; the policy balances the
+	// larger ones (0: every file).
+	BalanceSize int64
 }
+
+// DefaultBalanceSize is BalanceSize unless the spec says otherwise: see
+// docs/replica.md ("Reads of small files") for the measurements.
+const DefaultBalanceSize = 64 << 10
 
 // maxReplicas bounds the replicas of one layer: the dirty log keeps a bit
 // per replica.
@@ -91,18 +99,20 @@ type FS struct {
 	outstanding []atomic.Int64
 	rr          atomic.Uint64
 
-	mu     sync.Mutex
-	state  state             // as last written
-	marked map[string]uint32 // dirty marks known to be set, by path
-	files  map[*file]struct{}
-	epoch  atomic.Uint64 // bumped when a replica is degraded
-	opens  map[layer.ID]*opens
-	ptw    map[string]ptwMark // paths under write-intent (opens.go)
-	ptwN   int                // files passed through to write
-	idMu   [64]sync.Mutex     // opens of one object, one at a time
-	unlock func()             // releases Claim's locks
-	watch  []watch            // calls in flight by replica, for the watchdog
-	stop   chan struct{}      // stops the watchdog
+	mu        sync.Mutex
+	state     state             // as last written
+	marked    map[string]uint32 // dirty marks known to be set, by path
+	files     map[*file]struct{}
+	epoch     atomic.Uint64 // bumped when a replica is degraded
+	opens     map[layer.ID]*opens
+	ptw       map[string]ptwMark // paths under write-intent (opens.go)
+	ptwN      int                // files passed through to write
+	idMu      [64]sync.Mutex     // opens of one object, one at a time
+	unlock    func()             // releases Claim's locks
+	watch     []watch            // calls in flight by replica, for the watchdog
+	rootAt    atomic.Int64       // when the replicas' directories were last checked (checkRoots)
+	rootEvery time.Duration      // at most this often
+	stop      chan struct{}      // stops the watchdog
 }
 
 // New builds a replica layer over lowers. It checks nothing on the
@@ -127,7 +137,8 @@ func New(lowers []layer.FS, o Options) (*FS, error) {
 		seen[a.ID()] = i
 	}
 	fs := &FS{r: lowers, o: o, log: slog.Default(), outstanding: make([]atomic.Int64, len(lowers)),
-		marked: map[string]uint32{}, files: map[*file]struct{}{}, opens: map[layer.ID]*opens{}, ptw: map[string]ptwMark{}}
+		marked: map[string]uint32{}, files: map[*file]struct{}{}, opens: map[layer.ID]*opens{}, ptw: map[string]ptwMark{},
+		rootEvery: rootCheckEvery}
 	for _, l := range lowers {
 		fs.meta = append(fs.meta, layer.NewMeta(l, "replica"))
 	}
@@ -225,6 +236,7 @@ func full(err error) bool {
 
 // degrade marks replica i degraded, unless it is the last healthy one;
 // it reports whether it did (or the replica was already degraded).
+// An empty op says that no operation failed (checkRoots).
 func (fs *FS) degrade(i int, op, path string, err error) bool {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -238,8 +250,13 @@ func (fs *FS) degrade(i int, op, path string, err error) bool {
 	fs.degraded.Store(d | 1<<i)
 	fs.epoch.Add(1)
 	clear(fs.marked)
-	fs.log.Error("replica: a replica fails and is degraded: it gets no more traffic until 'cairn resync'",
-		"replica", i+1, "dir", layer.LowerDir(fs.r[i]), "op", op, "path", path, "err", err)
+	if op == "" {
+		fs.log.Error("replica: a replica is degraded: it gets no more traffic until 'cairn resync'",
+			"replica", i+1, "dir", layer.LowerDir(fs.r[i]), "err", err)
+	} else {
+		fs.log.Error("replica: a replica fails and is degraded: it gets no more traffic until 'cairn resync'",
+			"replica", i+1, "dir", layer.LowerDir(fs.r[i]), "op", op, "path", path, "err", err)
+	}
 	fs.saveState(context.Background())
 	return true
 }
@@ -359,6 +376,29 @@ func (fs *FS) watchdog(stop chan struct{}) {
 	}
 }
 
+// rootCheckEvery bounds how often changes check that each replica's
+// directory is still at its path (FS.rootEvery; tests set 0).
+const rootCheckEvery = 100 * time.Millisecond
+
+// checkRoots degrades a replica whose directory was renamed (or removed,
+// or replaced) behind the mount: the daemon's descriptor still reaches it,
+// so its changes would go on into a directory that is no longer the
+// replica's. Changes call it; it costs one stat per replica at most every
+// rootCheckEvery (layer.RootMoved), none in between, and reads none (what
+// they read is the same wherever the directory went).
+func (fs *FS) checkRoots() {
+	now := time.Now().UnixNano()
+	last := fs.rootAt.Load()
+	if now-last < int64(fs.rootEvery) || !fs.rootAt.CompareAndSwap(last, now) {
+		return
+	}
+	for _, i := range fs.healthy() {
+		if err := layer.RootMoved(fs.r[i]); err != nil {
+			fs.degrade(i, "", "", fmt.Errorf("its directory was moved or removed while mounted (%w): put it back, then run 'cairn resync SPEC'", err))
+		}
+	}
+}
+
 // call is do for an operation that gives only an error.
 func (fs *FS) call(i int, fn func() error) error {
 	_, err := do(fs, i, func() (struct{}, error) { return struct{}{}, fn() }, nil)
@@ -406,6 +446,7 @@ func one[T any](fs *FS, i int, op, path string, fn func(i int) (T, error)) (T, i
 // answered (lead); replicas that fail, or answer otherwise than it
 // (divergence), are degraded.
 func all[T any](fs *FS, op, path string, fn func(i int) (T, error), drop func(T)) (vals []T, lead int, err error) {
+	fs.checkRoots()
 	h := fs.healthy()
 	vals = make([]T, len(fs.r))
 	errs := make([]error, len(h))
@@ -643,7 +684,11 @@ func (fs *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (laye
 }
 
 func (fs *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, error) {
-	return fs.change(ctx, "mkdir", path, func(i int) (layer.Attr, error) { return fs.r[i].Mkdir(ctx, path, mode) }, path)
+	a, err := fs.change(ctx, "mkdir", path, func(i int) (layer.Attr, error) { return fs.r[i].Mkdir(ctx, path, mode) }, path)
+	if err == nil {
+		fs.made(ctx, path)
+	}
+	return a, err
 }
 
 func (fs *FS) Mknod(ctx context.Context, path string, mode uint32, rdev uint64) (layer.Attr, error) {
@@ -679,12 +724,21 @@ func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32)
 	fs.forgetMarks(oldpath)
 	fs.forgetMarks(newpath)
 	dirty := []string{parent(oldpath), newpath}
-	if flags&unix.RENAME_EXCHANGE != 0 {
+	exchange := flags&unix.RENAME_EXCHANGE != 0
+	if exchange {
 		dirty = append(dirty, oldpath)
+	}
+	// Where the objects are on the degraded replicas (the dirty log's
+	// renames, dirty.go).
+	from, back := fs.origins(ctx, oldpath), map[int]string(nil)
+	if exchange {
+		back = fs.origins(ctx, newpath)
 	}
 	err := fs.unchanged(ctx, "rename", oldpath, func(i int) error { return fs.r[i].Rename(ctx, oldpath, newpath, flags) }, dirty...)
 	if err == nil {
-		fs.renamed(oldpath, newpath, flags&unix.RENAME_EXCHANGE != 0)
+		fs.setFrom(layer.AsSelf(ctx), newpath, from)
+		fs.setFrom(layer.AsSelf(ctx), oldpath, back)
+		fs.renamed(oldpath, newpath, exchange)
 	}
 	return err
 }
@@ -726,6 +780,9 @@ func release(f layer.File) { f.Release(context.Background()) }
 
 func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, error) {
 	f := &file{fs: fs, flags: flags &^ (unix.O_CREAT | unix.O_EXCL | unix.O_TRUNC), lf: make([]layer.File, len(fs.r))}
+	if !writes(flags) {
+		return fs.openRead(ctx, f, path, flags)
+	}
 	a, err := fs.Getattr(ctx, path)
 	if err != nil {
 		return nil, err
@@ -733,30 +790,6 @@ func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, err
 	f.id = a.ID()
 	unlock := fs.lockID(f.id)
 	defer unlock()
-	if !writes(flags) {
-		// One replica's file; the identity shown is the primary's.
-		want, pt, err := fs.readOpen(f.id)
-		if err != nil {
-			return nil, err
-		}
-		if want < 0 {
-			want = fs.pick()
-		}
-		lf, i, err := one(fs, want, "open", path, func(i int) (layer.File, error) { return fs.r[i].Open(ctx, path, flags) })
-		if err != nil {
-			return nil, err
-		}
-		f.lf[i], f.rd = lf, i
-		if p := fs.primary(); p != i {
-			f.show = &f.id
-			if staleAtime(&a) {
-				fs.touch(ctx, p, path)
-			}
-		}
-		f.pt = pt && i == want && lf.Caps()&layer.CapPassthrough != 0
-		fs.opened(f)
-		return fs.track(f, path), nil
-	}
 	pt := fs.writeOpen(f.id)
 	if pt >= 0 {
 		// Write-intent, before anything is written (see opens.go).
@@ -790,22 +823,67 @@ func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, err
 	return fs.track(f, path), nil
 }
 
+// openRead opens a file to read: one replica's file, whose identity shown
+// is the primary's. It is opened on the primary first, which gives the
+// identity and size by its descriptor (no lookup by path): a file smaller
+// than BalanceSize is read there; a larger one where the policy says, the
+// primary's file then serving only to touch its atime (without reading
+// data) when the read elsewhere would have changed it.
+func (fs *FS) openRead(ctx context.Context, f *file, path string, flags int) (layer.File, error) {
+	open := func(i int) (layer.File, error) { return fs.r[i].Open(ctx, path, flags) }
+	lf, p, err := one(fs, fs.primary(), "open", path, open)
+	if err != nil {
+		return nil, err
+	}
+	a, err := inline(fs, p, "fgetattr", path, func() (layer.Attr, error) { return lf.Getattr(ctx) })
+	if err != nil {
+		lf.Release(ctx)
+		return nil, err
+	}
+	fs.tag(&a, p)
+	f.id = a.ID()
+	unlock := fs.lockID(f.id)
+	defer unlock()
+	want, pt, err := fs.readOpen(f.id)
+	if err != nil {
+		lf.Release(ctx)
+		return nil, err
+	}
+	if want < 0 {
+		want = p
+		if int64(a.Size) >= fs.o.BalanceSize {
+			want = fs.pick()
+		}
+	}
+	i := p
+	if want != p {
+		other, j, err := one(fs, want, "open", path, open)
+		if err != nil {
+			lf.Release(ctx)
+			return nil, err
+		}
+		if j != p {
+			if staleAtime(&a) {
+				layer.TouchAtime(ctx, lf)
+			}
+			lf.Release(ctx)
+			lf, i = other, j
+			f.show = &f.id
+		} else {
+			other.Release(ctx)
+		}
+	}
+	f.lf[i], f.rd = lf, i
+	f.pt = pt && i == want && lf.Caps()&layer.CapPassthrough != 0
+	fs.opened(f)
+	return fs.track(f, path), nil
+}
+
 // staleAtime says whether a read would change a's atime under relatime
 // (the default): it is not after the last change, or a day old.
 func staleAtime(a *layer.Attr) bool {
 	after := func(x, y layer.Time) bool { return x.Sec > y.Sec || x.Sec == y.Sec && x.Nsec > y.Nsec }
 	return !after(a.Atime, a.Mtime) || !after(a.Atime, a.Ctime) || time.Now().Unix()-a.Atime.Sec >= 24*3600
-}
-
-// touch changes the atime of path on replica i as a read would (the
-// primary's, whose attributes are shown, when another replica serves the
-// read).
-func (fs *FS) touch(ctx context.Context, i int, path string) {
-	lf, err := inline(fs, i, "open", path, func() (layer.File, error) { return fs.r[i].Open(ctx, path, unix.O_RDONLY) })
-	if err == nil {
-		layer.TouchAtime(ctx, lf)
-		lf.Release(ctx)
-	}
 }
 
 // created is what Create gives on one replica.

@@ -6,12 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -567,5 +571,292 @@ func TestReplicaFullReplica(t *testing.T) {
 				t.Errorf("write with every replica full: %v, want ENOSPC", err)
 			}
 		})
+	}
+}
+
+// lockedBuffer is a log written by the server's goroutines, read by the
+// test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestReplicaDirectoryMovedAway: a replica's directory renamed behind the
+// mount (mv rb/d rb/gone) is degraded at the next change, with one log
+// line naming it and what to run; the change and those after it go to the
+// other replica only, not on into rb/gone through the daemon's descriptor.
+func TestReplicaDirectoryMovedAway(t *testing.T) {
+	base := t.TempDir()
+	ra, rb := filepath.Join(base, "ra"), filepath.Join(base, "rb", "d")
+	for _, d := range []string{ra, rb} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := build(t, replica.Options{Policy: replica.RoundRobin}, locals(t, []string{ra, rb})...)
+	r.CheckRootsAlways()
+	logged := &lockedBuffer{}
+	r.SetLog(slog.New(slog.NewTextHandler(logged, nil)))
+	m := mounttest.Mount(t, r)
+	if err := os.WriteFile(m.Path("before"), []byte("one"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gone := filepath.Join(base, "rb", "gone")
+	if err := os.Rename(rb, gone); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(m.Path("after"), []byte("two"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(m.Path("before"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("+more")); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := os.Mkdir(m.Path("dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if d := r.Degraded(); d != 1<<1 {
+		t.Errorf("degraded set %b, want replica 2 (10)", d)
+	}
+	lines := strings.Split(strings.TrimSpace(logged.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], "replica=2") || !strings.Contains(lines[0], rb) || !strings.Contains(lines[0], "cairn resync") {
+		t.Errorf("want one log line naming replica 2, %s and cairn resync; got:\n%s", rb, logged.String())
+	}
+	for _, c := range []struct{ path, want string }{
+		{m.Path("before"), "one+more"}, {m.Path("after"), "two"},
+		{filepath.Join(ra, "before"), "one+more"}, {filepath.Join(ra, "after"), "two"},
+		{filepath.Join(gone, "before"), "one"},
+	} {
+		if b, err := os.ReadFile(c.path); err != nil || string(b) != c.want {
+			t.Errorf("%s: %q, %v; want %q", c.path, b, err, c.want)
+		}
+	}
+	for _, n := range []string{"after", "dir"} {
+		if _, err := os.Lstat(filepath.Join(gone, n)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s made in the moved directory: %v", n, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(ra, "dir")); err != nil {
+		t.Errorf("dir on replica 1: %v", err)
+	}
+}
+
+// TestReplicaResyncRenames: what is renamed while a replica is degraded (a
+// directory of many files into a directory made meanwhile, a file, a file
+// out of a renamed directory, a directory made and renamed) is renamed on
+// it by resync, not copied: only what changed is copied (a file rewritten
+// in the renamed directory with its size kept, found by its hash), and the
+// replicas are identical after.
+func TestReplicaResyncRenames(t *testing.T) {
+	dirs := lowers(t, 2)
+	f2 := faulty(t, dirs[1])
+	r := build(t, replica.Options{Timeout: 300 * 1e6}, localFS(t, dirs[0]), f2)
+	m := mounttest.Mount(t, r)
+	write := func(p string, b []byte) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 50 {
+		write(m.Path("big", fmt.Sprintf("f%d", i)), bytes.Repeat([]byte{byte('a' + i%26)}, 100+i))
+	}
+	for i := range 10 {
+		write(m.Path("big", "sub", fmt.Sprintf("s%d", i)), bytes.Repeat([]byte{byte('A' + i)}, 200+i))
+	}
+	write(m.Path("solo"), []byte("solo"))
+	write(m.Path("d0", "a"), []byte("old a"))
+	for i := range 5 {
+		write(m.Path("x", fmt.Sprintf("x%d", i)), []byte("in x"))
+		write(m.Path("y", fmt.Sprintf("y%d", i)), []byte("in y"))
+	}
+	same(t, dirs...)
+
+	f2.SetRules(fault.Rules{{Errno: syscall.EIO}})
+	write(m.Path("trigger"), []byte("x"))
+	if r.Degraded() != 0b10 {
+		t.Fatalf("degraded %02b, want 10", r.Degraded())
+	}
+	mv := func(a, b string) {
+		t.Helper()
+		if err := os.Rename(m.Path(a), m.Path(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(m.Path("moved"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mv("big", "moved/big2")
+	mv("solo", "solo2")
+	mv("moved/big2/sub/s1", "moved/big2/s1x")
+	write(m.Path("moved/big2/f3"), bytes.Repeat([]byte{'Z'}, 103))
+	if err := os.Mkdir(m.Path("nd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mv("nd", "nd2")
+	// Old paths used again: a new solo of the old one's size; a new d0
+	// with an a of the old one's size, renamed in turn.
+	write(m.Path("solo"), []byte("SOLO"))
+	mv("d0", "d0x")
+	write(m.Path("d0", "a"), []byte("new a"))
+	mv("d0", "d0y")
+	// Two directories exchanged.
+	if err := unix.Renameat2(unix.AT_FDCWD, m.Path("x"), unix.AT_FDCWD, m.Path("y"), unix.RENAME_EXCHANGE); err != nil {
+		t.Fatal(err)
+	}
+	m.Unmount()
+	r.Close()
+	f2.SetRules(nil)
+
+	r2 := build(t, replica.Options{}, locals(t, dirs)...)
+	if r2.Degraded() != 0b10 {
+		t.Fatalf("a new mount sees degraded %02b, want 10", r2.Degraded())
+	}
+	replica.SetDebugCopy(func(k int, p string) { t.Logf("copy to %d: %s", k+1, p) })
+	defer replica.SetDebugCopy(nil)
+	st, err := r2.ResyncStats(t.Context(), false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Copied: trigger, moved (made for big2), nd2 (new), big2/f3
+	// (rewritten), the new solo, d0y and its a; renamed: big, solo,
+	// sub/s1, d0, x and y.
+	if st.Copied != 7 || st.Renamed != 6 || st.Removed != 0 {
+		t.Errorf("resync: %+v, want 7 copied, 6 renamed, 0 removed", st)
+	}
+	same(t, dirs...)
+	if b, err := os.ReadFile(filepath.Join(dirs[1], "moved/big2/f3")); err != nil || !bytes.Equal(b, bytes.Repeat([]byte{'Z'}, 103)) {
+		t.Errorf("moved/big2/f3 on replica 2: %q %v", b, err)
+	}
+	if st, err := r2.ResyncStats(t.Context(), false, nil); err != nil || st.Copied != 0 || st.Removed != 0 || st.Renamed != 0 {
+		t.Errorf("a second resync: %+v %v", st, err)
+	}
+}
+
+// resident counts the pages of a file in the page cache.
+func resident(t *testing.T, p string) int {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	b, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(b)
+	vec := make([]byte, (len(b)+os.Getpagesize()-1)/os.Getpagesize())
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		t.Fatal(e)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n
+}
+
+// evict drops a file's pages from the page cache.
+func evict(t *testing.T, p string) {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.Sync() // dirty pages stay
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReplicaSmallReadsStayOnPrimary: read-only files smaller than
+// BalanceSize are read from the primary (no open, lookup or read on the
+// other replica); larger ones are spread by the policy, and one read on
+// another replica changes the primary's atime (relatime: it was due)
+// without reading its data (no page of the primary's file comes into the
+// page cache).
+func TestReplicaSmallReadsStayOnPrimary(t *testing.T) {
+	dirs := lowers(t, 2)
+	small, big := bytes.Repeat([]byte("small "), 700), bytes.Repeat([]byte("big file "), 150000)
+	old := time.Now().Add(-time.Hour)
+	for _, d := range dirs {
+		for i := range 8 {
+			os.WriteFile(filepath.Join(d, fmt.Sprintf("s%d", i)), small, 0o644)
+		}
+		for i := range 4 {
+			p := filepath.Join(d, fmt.Sprintf("b%d", i))
+			os.WriteFile(p, big, 0o644)
+			os.Chtimes(p, old.Add(-time.Hour), old) // atime before mtime: due
+		}
+	}
+	var counted []*mounttest.IOCounter
+	var ls []layer.FS
+	for _, d := range dirs {
+		c := mounttest.CountIO(localFS(t, d))
+		counted = append(counted, c)
+		ls = append(ls, c)
+	}
+	r := build(t, replica.Options{Policy: replica.RoundRobin, NoPassthrough: true, BalanceSize: 1 << 20}, ls...)
+	m := mounttest.Mount(t, r)
+	for _, c := range counted {
+		c.Reads.Store(0) // the first mount's comparison of the trees
+	}
+	for i := range 8 {
+		if b, err := os.ReadFile(m.Path(fmt.Sprintf("s%d", i))); err != nil || !bytes.Equal(b, small) {
+			t.Fatalf("s%d: %d bytes, %v", i, len(b), err)
+		}
+	}
+	if n := counted[1].Reads.Load(); n != 0 || counted[0].Reads.Load() == 0 {
+		t.Errorf("small files: %d reads on replica 1, %d on replica 2; want all on replica 1", counted[0].Reads.Load(), n)
+	}
+	elsewhere := 0
+	for i := range 4 {
+		name := fmt.Sprintf("b%d", i)
+		for _, d := range dirs {
+			evict(t, filepath.Join(d, name))
+		}
+		var before unix.Stat_t
+		unix.Stat(filepath.Join(dirs[0], name), &before)
+		r2 := counted[1].Reads.Load()
+		if b, err := os.ReadFile(m.Path(name)); err != nil || !bytes.Equal(b, big) {
+			t.Fatalf("%s: %d bytes, %v", name, len(b), err)
+		}
+		if counted[1].Reads.Load() == r2 {
+			continue // served by the primary
+		}
+		elsewhere++
+		var after unix.Stat_t
+		unix.Stat(filepath.Join(dirs[0], name), &after)
+		if after.Atim == before.Atim {
+			t.Errorf("%s read on replica 2: the primary's atime is unchanged", name)
+		}
+		if n := resident(t, filepath.Join(dirs[0], name)); n != 0 {
+			t.Errorf("%s read on replica 2: %d pages of the primary's file were read to change its atime", name, n)
+		}
+	}
+	if elsewhere == 0 {
+		t.Error("no large file was read on replica 2")
 	}
 }

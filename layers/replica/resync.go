@@ -20,6 +20,7 @@ import (
 type Stats struct {
 	Copied  int64 // objects copied (files, links, nodes, directories made)
 	Removed int64 // objects removed from the target
+	Renamed int64 // objects renamed on the target (a directory with all in it)
 	Bytes   int64 // bytes of file data copied
 	Checked int64 // objects compared
 }
@@ -32,8 +33,8 @@ type Progress func(done, total int64)
 // one line.
 func (fs *FS) Resync(ctx context.Context, full bool, progress func(done, total int64)) (string, error) {
 	st, err := fs.ResyncStats(ctx, full, progress)
-	return fmt.Sprintf("replica: %d objects compared, %d copied (%d bytes), %d removed; replicas degraded now: %s",
-		st.Checked, st.Copied, st.Bytes, st.Removed, fs.degradedText()), err
+	return fmt.Sprintf("replica: %d objects compared, %d copied (%d bytes), %d renamed, %d removed; replicas degraded now: %s",
+		st.Checked, st.Copied, st.Bytes, st.Renamed, st.Removed, fs.degradedText()), err
 }
 
 func (fs *FS) degradedText() string {
@@ -88,7 +89,10 @@ func (fs *FS) ResyncStats(ctx context.Context, full bool, progress Progress) (St
 		if k == src || targets&(1<<k) == 0 {
 			continue
 		}
-		r := &resyncer{fs: fs, src: src, k: k, full: full, st: &st, links: map[layer.ID]string{}, progress: progress, total: total}
+		r := &resyncer{fs: fs, src: src, k: k, full: full, st: &st, links: map[layer.ID]string{}, progress: progress, total: total, from: map[string]bool{}}
+		if err := r.moves(ctx); err != nil {
+			return st, fmt.Errorf("replica: resync of replica %d from replica %d: %w", k+1, src+1, err)
+		}
 		if err := r.dir(ctx, ""); err != nil {
 			return st, fmt.Errorf("replica: resync of replica %d from replica %d: %w", k+1, src+1, err)
 		}
@@ -129,6 +133,7 @@ type resyncer struct {
 	links    map[layer.ID]string // files of several links copied, by source identity
 	progress Progress
 	total    int64
+	from     map[string]bool // paths with a from mark for the target (moves)
 }
 
 func (r *resyncer) S() layer.FS { return r.fs.r[r.src] }
@@ -141,12 +146,138 @@ func (r *resyncer) unmark(ctx context.Context, path string) error {
 		if i == r.k || !r.fs.Healthy(i) {
 			continue
 		}
+		if r.from[path] {
+			if err := r.fs.meta[i].Remove(ctx, path, fromKey(r.k)); err != nil && !errors.Is(err, syscall.ENODATA) {
+				return err
+			}
+		}
 		if m := r.fs.getMark(ctx, i, path); m&(1<<r.k) != 0 {
 			if err := r.fs.setMark(ctx, i, path, m&^(1<<r.k)); err != nil {
 				return err
 			}
 		}
 	}
+	return nil
+}
+
+// move is a rename the target missed: the object at from on the target is
+// the source's at to.
+type move struct {
+	from, to string
+	tmp      string // where it waits on the target
+}
+
+func depth(p string) int {
+	if p == "" {
+		return 0
+	}
+	return strings.Count(p, "/") + 1
+}
+
+// moves renames on the target what was renamed while it was away (the
+// from marks, dirty.go), before the walk compares and copies: the objects
+// are found in the marked directories of the source; each is moved on the
+// target from its old path to a temporary name in the root (the deepest
+// first, so that a renamed directory's renamed entries leave it first),
+// then from there to its new path (the shallowest first, so that a renamed
+// entry of a renamed directory finds it in place; a missing parent, a
+// directory made meanwhile, is made). What is at the new path on the
+// target is removed first: it is not the source's object there. The walk
+// then verifies each as a changed object. An old path that is not there,
+// or holds another type, leaves the object to be copied; a temporary name
+// left by a crash is removed by the walk.
+func (r *resyncer) moves(ctx context.Context) error {
+	var ms []*move
+	var walk func(p string) error
+	walk = func(p string) error {
+		ents, err := names(ctx, r.S(), p)
+		if err != nil {
+			return err
+		}
+		for name, typ := range ents {
+			cp := layer.Join(p, name)
+			if v, err := r.fs.meta[r.src].Get(ctx, cp, fromKey(r.k)); err == nil {
+				r.from[cp] = true
+				if o := string(v); o != newObj && o != cp {
+					ms = append(ms, &move{from: o, to: cp})
+				}
+			}
+			if typ == unix.S_IFDIR && r.fs.getMark(ctx, r.src, cp)&(1<<r.k) != 0 {
+				if err := walk(cp); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if r.fs.getMark(ctx, r.src, "")&(1<<r.k) == 0 {
+		return nil
+	}
+	if err := walk(""); err != nil {
+		return err
+	}
+	T := r.T()
+	slices.SortFunc(ms, func(a, b *move) int { return depth(b.from) - depth(a.from) })
+	for n, m := range ms {
+		sa, err1 := r.S().Getattr(ctx, m.to)
+		ta, err2 := T.Getattr(ctx, m.from)
+		if err1 != nil || err2 != nil || sa.Mode&unix.S_IFMT != ta.Mode&unix.S_IFMT {
+			continue
+		}
+		tmp := fmt.Sprintf("%smv.%d", tmpPrefix, n)
+		removeAll(ctx, T, tmp)
+		if err := T.Rename(ctx, m.from, tmp, 0); err != nil {
+			return err
+		}
+		m.tmp = tmp
+	}
+	slices.SortFunc(ms, func(a, b *move) int { return depth(a.to) - depth(b.to) })
+	for _, m := range ms {
+		if m.tmp == "" {
+			continue
+		}
+		if err := r.mkdirs(ctx, parent(m.to)); err != nil {
+			return err
+		}
+		if _, err := T.Getattr(ctx, m.to); err == nil {
+			if err := removeAll(ctx, T, m.to); err != nil {
+				return err
+			}
+			r.st.Removed++
+		}
+		if err := T.Rename(ctx, m.tmp, m.to, 0); err != nil {
+			return err
+		}
+		r.st.Renamed++
+	}
+	return nil
+}
+
+// mkdirs makes directory p and those above it on the target where they
+// are missing (or of another type), as the source's (the walk then makes
+// their attributes the source's).
+func (r *resyncer) mkdirs(ctx context.Context, p string) error {
+	ta, err := r.T().Getattr(ctx, p)
+	if err == nil && ta.IsDir() {
+		return nil
+	}
+	if err == nil {
+		if err := removeAll(ctx, r.T(), p); err != nil {
+			return err
+		}
+		r.st.Removed++
+	}
+	if err := r.mkdirs(ctx, parent(p)); err != nil {
+		return err
+	}
+	sa, err := r.S().Getattr(ctx, p)
+	if err != nil {
+		return err
+	}
+	if _, err := r.T().Mkdir(ctx, p, sa.Mode&0o7777); err != nil {
+		return err
+	}
+	r.st.Copied++
 	return nil
 }
 

@@ -53,6 +53,12 @@ func init() {
 			}
 			return nil
 		},
+		NoPassthrough: func(o registry.Values) string {
+			if o.Bool("io") {
+				return "io = true: every read and write is logged"
+			}
+			return ""
+		},
 		New: func(l []layer.FS, o registry.Values) (layer.FS, error) {
 			return New(l[0], Options{
 				Output: o.String("output"), Log: o.String("log"),
