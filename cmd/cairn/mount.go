@@ -164,7 +164,7 @@ Flags:
 		}
 	}
 
-	logger, closeLog, err := newLogger(m, level, readyFd != "" && !m.foreground)
+	logger, closeLog, logPath, err := newLogger(m, level, readyFd != "" && !m.foreground, mountpoint)
 	if err != nil {
 		report("log: " + err.Error())
 		return fail(err, exitFailed)
@@ -239,7 +239,8 @@ Flags:
 	// Signals are caught before readiness is reported: a SIGHUP sent as
 	// soon as the mount is ready must not kill the daemon.
 	logger.Info("mounted", "mountpoint", mountpoint, "spec", specArg, "passthrough", srv.Passthrough, "pid", os.Getpid())
-	report("ok")
+	// "ok", or "ok PATH" when the log goes to a file the user did not name.
+	report(strings.TrimSpace("ok " + logPath))
 	go func() {
 		for sig := range sigs {
 			if sig == syscall.SIGHUP {
@@ -430,8 +431,10 @@ func parseLevel(s string) (slog.Level, error) {
 }
 
 // newLogger logs to standard error in the foreground, and to --log-file or
-// syslog in the background.
-func newLogger(m mountFlags, level slog.Level, daemon bool) (*slog.Logger, func(), error) {
+// syslog in the background. A background process with no syslog to log to
+// (no /dev/log) logs to a file (logFallback) and returns its path, which
+// 'cairn mount' prints.
+func newLogger(m mountFlags, level slog.Level, daemon bool, mountpoint string) (*slog.Logger, func(), string, error) {
 	hopts := &slog.HandlerOptions{Level: level}
 	if m.debug {
 		hopts.Level = slog.LevelDebug
@@ -440,18 +443,43 @@ func newLogger(m mountFlags, level slog.Level, daemon bool) (*slog.Logger, func(
 	case m.logFile != "":
 		f, err := os.OpenFile(m.logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
 		if err != nil {
-			return nil, nil, fmt.Errorf("cannot open log file: %w", err)
+			return nil, nil, "", fmt.Errorf("cannot open log file: %w", err)
 		}
-		return slog.New(slog.NewJSONHandler(f, hopts)), func() { f.Close() }, nil
+		return slog.New(slog.NewJSONHandler(f, hopts)), func() { f.Close() }, "", nil
 	case daemon:
 		w, err := syslog.New(syslog.LOG_DAEMON|syslog.LOG_INFO, "cairn")
-		if err != nil {
-			// No syslog daemon: keep quiet rather than fail the mount.
-			return slog.New(slog.NewTextHandler(io.Discard, hopts)), func() {}, nil
+		if err == nil {
+			return slog.New(slog.NewTextHandler(w, hopts)), func() { w.Close() }, "", nil
 		}
-		return slog.New(slog.NewTextHandler(w, hopts)), func() { w.Close() }, nil
+		path := logFallback(mountpoint)
+		os.MkdirAll(filepath.Dir(path), 0o750)
+		f, ferr := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+		if ferr != nil {
+			return nil, nil, "", fmt.Errorf("no syslog to log to (%v), and cannot open the log file instead: %w; give one with -log-file", err, ferr)
+		}
+		return slog.New(slog.NewJSONHandler(f, hopts)), func() { f.Close() }, path, nil
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, hopts)), func() {}, nil
+	return slog.New(slog.NewTextHandler(os.Stderr, hopts)), func() {}, "", nil
+}
+
+// logFallback is where a background mount logs when there is no syslog:
+// /var/log/cairn (root) or $XDG_STATE_HOME/cairn (else ~/.local/state/cairn),
+// one file per mountpoint, named after its path as systemd names mount
+// units ("/mnt/x" -> mnt-x.log).
+func logFallback(mountpoint string) string {
+	dir := "/var/log/cairn"
+	if os.Geteuid() != 0 {
+		if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+			dir = filepath.Join(d, "cairn")
+		} else if h, err := os.UserHomeDir(); err == nil {
+			dir = filepath.Join(h, ".local", "state", "cairn")
+		}
+	}
+	name := strings.ReplaceAll(strings.Trim(absPath(mountpoint), "/"), "/", "-")
+	if name == "" {
+		name = "-"
+	}
+	return filepath.Join(dir, name+".log")
 }
 
 // secretEnv tells the background process of `cairn mount` that the secrets
@@ -547,6 +575,10 @@ func awaitReady(cmd *exec.Cmd, r io.ReadCloser) int {
 	defer r.Close()
 	br := bufio.NewReader(r)
 	line, err := br.ReadString('\n')
+	if path, ok := strings.CutPrefix(strings.TrimSpace(line), "ok "); ok {
+		fmt.Fprintf(os.Stderr, "cairn: no syslog (no /dev/log): the mount logs to %s\n", path)
+		line = "ok"
+	}
 	if strings.TrimSpace(line) == "ok" {
 		cmd.Process.Release()
 		return exitOK

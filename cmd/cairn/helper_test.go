@@ -1,0 +1,113 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"cairn/internal/mounttest"
+)
+
+// inNamespace runs script (sh -e) as root in a private mount namespace,
+// with cairn's binary in $CAIRN and the mount helper
+// (xfstests/mount.fuse.cairn, @CAIRN@ filled in) laid over the directory
+// where mount(8) looks for helpers, so that the system's own helper (if
+// any) is left alone. Mounts made there are gone when the script ends.
+func inNamespace(t *testing.T, script string) (string, int) {
+	t.Helper()
+	mounttest.Need(t)
+	mounttest.NeedRoot(t)
+	bin := mounttest.Binary(t)
+	src, err := os.ReadFile("../../xfstests/mount.fuse.cairn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	helpers := t.TempDir()
+	helper := strings.ReplaceAll(string(src), "@CAIRN@", bin)
+	if err := os.WriteFile(filepath.Join(helpers, "mount.fuse.cairn"), []byte(helper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sbin, err := filepath.EvalSymlinks("/sbin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pre := "mount -t overlay overlay -o lowerdir=" + helpers + ":" + sbin + " " + sbin + "\n"
+	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-ec", pre+script)
+	cmd.Env = append(os.Environ(), "CAIRN="+bin)
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(out), ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), 0
+}
+
+// TestFstab: a stack mounts as any file system does, through mount(8) and
+// the helper mount.fuse.cairn: from an fstab line (mount -T on a scratch
+// fstab) with fstab's own options (noauto, nofail, _netdev,
+// x-systemd.automount), which are ignored as mount.fuse ignores them, and
+// mount's (ro, allow_other, fsname); with mount -t fuse.cairn SPEC DIR; and
+// umount(8) and cairn umount take them away. An option the helper does not
+// know is refused with mount(8)'s exit code 32.
+func TestFstab(t *testing.T) {
+	lower, mnt1, mnt2 := t.TempDir(), t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(lower, "hello"), []byte("hello\n"), 0o644)
+	specFile := filepath.Join(t.TempDir(), "stack.toml")
+	os.WriteFile(specFile, []byte("mount = \"top\"\n[layer.base]\ntype = \"local\"\npath = \""+lower+"\"\n[layer.top]\ntype = \"null\"\nover = \"base\"\n"), 0o644)
+	fstab := filepath.Join(t.TempDir(), "fstab")
+	os.WriteFile(fstab, []byte("# a scratch fstab\n"+
+		specFile+" "+mnt1+" fuse.cairn noauto,nofail,_netdev,x-systemd.automount,allow_other,ro,fsname=mydata 0 0\n"), 0o644)
+	script := `
+mount -T ` + fstab + ` ` + mnt1 + `
+findmnt -n -o FSTYPE,SOURCE,VFS-OPTIONS ` + mnt1 + `
+findmnt -n -o FS-OPTIONS ` + mnt1 + ` | tr , '\n' | grep -x allow_other
+cat ` + mnt1 + `/hello
+touch ` + mnt1 + `/new 2>/dev/null || echo "read-only: touch refused"
+$CAIRN umount ` + mnt1 + `
+mount -t fuse.cairn null:` + lower + ` ` + mnt2 + `
+findmnt -n -o FSTYPE,SOURCE ` + mnt2 + `
+echo written > ` + mnt2 + `/new
+umount ` + mnt2 + `
+cat ` + lower + `/new
+mount -t fuse.cairn -o bogus null:` + lower + ` ` + mnt2 + ` || echo "exit $?"
+findmnt ` + mnt2 + ` || echo "not mounted"
+`
+	out, code := inNamespace(t, script)
+	want := `fuse.cairn mydata ro,relatime
+allow_other
+hello
+read-only: touch refused
+fuse.cairn cairn:null:` + lower + `
+written
+mount.fuse.cairn: option bogus is not supported
+exit 32
+not mounted
+`
+	if code != 0 || out != want {
+		t.Errorf("exit %d, output:\n%s\nwant:\n%s", code, out, want)
+	}
+}
+
+// TestMountLogFallback: a background mount with no syslog to log to (no
+// /dev/log) logs to a file, one per mountpoint, and says where.
+func TestMountLogFallback(t *testing.T) {
+	lower, mnt := t.TempDir(), t.TempDir()
+	logf := filepath.Join("/var/log/cairn", strings.ReplaceAll(strings.Trim(mnt, "/"), "/", "-")+".log")
+	t.Cleanup(func() { os.Remove(logf) })
+	script := `
+if [ -e /dev/log ]; then mount --bind /dev/null /dev/log; fi
+$CAIRN mount null:` + lower + ` ` + mnt + `
+$CAIRN umount ` + mnt + `
+`
+	out, code := inNamespace(t, script)
+	if want := "cairn: no syslog (no /dev/log): the mount logs to " + logf + "\n"; code != 0 || out != want {
+		t.Errorf("exit %d, output %q, want %q", code, out, want)
+	}
+	b, err := os.ReadFile(logf)
+	if err != nil || !strings.Contains(string(b), `"msg":"mounted","mountpoint":"`+mnt+`"`) || !strings.Contains(string(b), `"msg":"unmounted"`) {
+		t.Errorf("log file %s: %v\n%s", logf, err, b)
+	}
+}
