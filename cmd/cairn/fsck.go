@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"cairn/layer"
+	"cairn/registry"
 )
 
 // exitDropped: fsck --repair --force dropped data (kept in lost+found).
@@ -30,6 +31,8 @@ func runFsck(args []string, stdout, stderr io.Writer) int {
 	repair := fl.Bool("repair", false, "rebuild indexes and headers that are missing, stale or wrong (never drops data)")
 	force := fl.Bool("force", false, "with --repair: also drop data that cannot be read back, keeping a copy of each file in lost+found")
 	quiet := fl.Bool("q", false, "report only files with problems")
+	passfile := fl.String("passfile", "", "the passphrase of every crypt layer, from the first line of this file (default: the layer's passfile or extpass, else standard input or the terminal)")
+	extpass := fl.String("extpass", "", "the passphrase of every crypt layer, from the first line of this command's output (sh -c)")
 	fl.Usage = func() {
 		fmt.Fprintf(fl.Output(), `Usage: cairn fsck [--repair [--force]] [-q] SPEC
 
@@ -57,6 +60,7 @@ Exit codes:
   3  the spec is invalid
   5  the stack is in use (mounted, or being checked)
   6  --repair --force dropped data (every file dropped is kept in lost+found)
+  7  wrong passphrase or key
 
 Flags:
 `)
@@ -79,6 +83,20 @@ Flags:
 	s, err := loadSpec(fl.Arg(0))
 	if err != nil {
 		return specFailed(stderr, fl.Arg(0), err)
+	}
+	if err := useSecretFlags(s, *passfile, *extpass); err != nil {
+		fmt.Fprintf(stderr, "cairn fsck: %v\n", err)
+		return exitUsage
+	}
+	// Passphrases are asked for as mount asks for them (on the terminal,
+	// or read from standard input when it is not one).
+	secrets, err := layerSecrets(s)
+	if err != nil {
+		fmt.Fprintf(stderr, "cairn fsck: %v\n", err)
+		return exitFailed
+	}
+	for name, b := range secrets {
+		s.Layers[name].Values[registry.SecretKey] = b
 	}
 	stack, err := s.Build()
 	if err != nil {

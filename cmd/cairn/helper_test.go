@@ -111,3 +111,64 @@ $CAIRN umount ` + mnt + `
 		t.Errorf("log file %s: %v\n%s", logf, err, b)
 	}
 }
+
+// cairnIn runs cairn with stdin as its standard input.
+func cairnIn(t *testing.T, stdin string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(mounttest.Binary(t), args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(out), ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), 0
+}
+
+// TestPassphrases: the passphrase of a crypt stack comes from --passfile,
+// --extpass or standard input (when it is not a terminal) for mount, fsck
+// and passwd alike, without editing the spec; a wrong one exits 7 from
+// each; passwd refuses a mounted volume (exit 5).
+func TestPassphrases(t *testing.T) {
+	mounttest.Need(t)
+	lower, mnt := t.TempDir(), t.TempDir()
+	dir := t.TempDir()
+	good, wrong := filepath.Join(dir, "good"), filepath.Join(dir, "wrong")
+	os.WriteFile(good, []byte("right horse\n"), 0o600)
+	os.WriteFile(wrong, []byte("wrong horse\n"), 0o600)
+	spec := "crypt:" + lower
+	kdf := []string{"--argon2-memory", "19MiB", "--argon2-time", "2", "--argon2-threads", "1"}
+	if out, code := cairn(t, append(append([]string{"init"}, kdf...), "--passfile", good, spec)...); code != 0 {
+		t.Fatalf("init: exit %d: %s", code, out)
+	}
+	wrongMsg := `layer "crypt" (type crypt): wrong passphrase for ` + lower + "/.cairn-crypt.conf"
+	for _, c := range []struct {
+		stdin string
+		args  []string
+		code  int
+		want  string
+	}{
+		{"wrong horse\n", []string{"mount", spec, mnt}, 7, wrongMsg},
+		{"", []string{"mount", "--passfile", wrong, spec, mnt}, 7, wrongMsg},
+		{"", []string{"mount", "-f", "--extpass", "echo wrong horse", spec, mnt}, 7, wrongMsg},
+		{"wrong horse\n", []string{"fsck", spec}, 7, wrongMsg},
+		{"", []string{"fsck", "--passfile", wrong, spec}, 7, wrongMsg},
+		{"", []string{"passwd", "--passfile", wrong, "--new-passfile", good, spec}, 7, "cairn: passwd: wrong passphrase"},
+		{"right horse\n", []string{"fsck", spec}, 0, "nothing to check"},
+		{"", []string{"fsck", "--extpass", "cat " + good, spec}, 0, "nothing to check"},
+		{"right horse\n", []string{"mount", spec, mnt}, 0, ""},
+		{"", []string{"passwd", "--passfile", good, "--new-passfile", good, spec}, 5,
+			"cairn: passwd: the files of the crypt layer in " + lower + " are in use by another cairn process (a mount of this stack, or an fsck): unmount it first ('cairn umount MOUNTPOINT')"},
+		{"", []string{"umount", mnt}, 0, ""},
+		{"", []string{"passwd", "--passfile", good, "--new-passfile", good, spec}, 0, `cairn: the passphrase of layer "crypt" is changed`},
+	} {
+		out, code := cairnIn(t, c.stdin, c.args...)
+		if code != c.code || !strings.Contains(out, c.want) {
+			t.Errorf("cairn %s: exit %d, %q; want exit %d and %q", strings.Join(c.args, " "), code, out, c.code, c.want)
+		}
+	}
+	if _, ok := mountAt(mnt); ok {
+		cairn(t, "umount", mnt)
+	}
+}

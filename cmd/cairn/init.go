@@ -244,7 +244,8 @@ func runPasswd(args []string) int {
 
 Wraps the master key of SPEC's crypt layer with a new passphrase. The stored
 key-derivation settings are kept unless a flag changes them (a flag that makes
-them cheaper to attack is noted). The data is not re-encrypted. Unmount first.
+them cheaper to attack is noted). The data is not re-encrypted. A mounted
+volume is refused (exit 5): unmount it first.
 
 Flags:
 `)
@@ -262,6 +263,17 @@ Flags:
 		return fail(err, exitSpec)
 	}
 	defer done()
+	// A mounted volume keeps its key in memory and is claimed by its
+	// daemon (crypt's Claim): refuse rather than change it underneath.
+	release, err := layer.LockLower(context.Background(), lower, l.Name)
+	if err != nil {
+		code := exitFailed
+		if errors.Is(err, layer.ErrInUse) {
+			code = exitBusy
+		}
+		return fail(fmt.Errorf("passwd: %w", err), code)
+	}
+	defer release()
 	// The stored settings stay unless a flag changes them.
 	var kdf crypt.KDF
 	if len(k.given()) > 0 {

@@ -19,7 +19,7 @@ const (
 	exitUsage   = 2 // bad command line
 	exitSpec    = 3 // the spec is invalid
 	exitMount   = 4 // the mount could not be made
-	exitBusy    = 5 // the stack is in use (fsck of a mounted stack)
+	exitBusy    = 5 // the stack is in use (fsck or passwd of a mounted stack)
 	exitSecret  = 7 // wrong passphrase or key
 	exitUnknown = exitFailed
 )
@@ -118,7 +118,7 @@ Exit codes:
   2  bad command line
   3  the spec is invalid
   4  the mount could not be made
-  5  the stack is in use (fsck of a mounted stack)
+  5  the stack is in use (fsck or passwd of a mounted stack)
   6  fsck --repair --force dropped data (kept in lost+found; see cairn fsck -h)
   7  wrong passphrase or key (mount, fsck, passwd alike)
 `)

@@ -281,15 +281,22 @@ func needsForeground(s *spec.Spec) error {
 }
 
 // secretFlags puts -passfile or -extpass in place of the spec's for every
-// layer that takes a passphrase (an option named passfile).
+// layer that takes a passphrase (see useSecretFlags).
 func (m *mountFlags) secretFlags(s *spec.Spec) error {
-	if m.passfile == "" && m.extpass == "" {
+	return useSecretFlags(s, m.passfile, m.extpass)
+}
+
+// useSecretFlags puts a --passfile or --extpass flag in place of the
+// spec's for every layer that takes a passphrase (an option named
+// passfile): mount and fsck take them as gocryptfs does.
+func useSecretFlags(s *spec.Spec, passfile, extpass string) error {
+	if passfile == "" && extpass == "" {
 		return nil
 	}
-	if m.passfile != "" && m.extpass != "" {
+	if passfile != "" && extpass != "" {
 		return usagef("give -passfile or -extpass, not both")
 	}
-	pf := m.passfile
+	pf := passfile
 	if pf != "" {
 		abs, err := filepath.Abs(pf)
 		if err != nil {
@@ -300,7 +307,7 @@ func (m *mountFlags) secretFlags(s *spec.Spec) error {
 	for _, name := range s.Order {
 		l := s.Layers[name]
 		if t := l.TypeInfo(); t != nil && t.Option("passfile") != nil && l.Values != nil {
-			l.Values["passfile"], l.Values["extpass"] = pf, m.extpass
+			l.Values["passfile"], l.Values["extpass"] = pf, extpass
 		}
 	}
 	return nil
