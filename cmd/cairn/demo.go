@@ -40,6 +40,11 @@ func runDemo(args []string) int {
 		}
 		dir = d
 	}
+	// The spec names its directory absolutely: a relative one would be
+	// taken relative to the spec file, which is in dir already.
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
 	data, mnt := filepath.Join(dir, "data"), filepath.Join(dir, "mnt")
 	for _, d := range []string{data, mnt} {
 		if err := os.MkdirAll(d, 0o755); err != nil {

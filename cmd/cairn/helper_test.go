@@ -172,3 +172,16 @@ func TestPassphrases(t *testing.T) {
 		cairn(t, "umount", mnt)
 	}
 }
+
+// TestDemoRelative: cairn demo with a relative directory works (its spec
+// names the directory absolutely).
+func TestDemoRelative(t *testing.T) {
+	mounttest.Need(t)
+	cwd := t.TempDir()
+	cmd := exec.Command(mounttest.Binary(t), "demo", "rel")
+	cmd.Dir = cwd
+	out, err := cmd.CombinedOutput()
+	if want := "The demo worked: files written through the mount are plain files in " + cwd + "/rel/data.\n"; err != nil || !strings.HasSuffix(string(out), want) {
+		t.Errorf("cairn demo rel: %v\n%s\nwant it to end with %q", err, out, want)
+	}
+}

@@ -57,7 +57,11 @@ Flags:
 		for _, n := range fl.Args() {
 			t, ok := registry.Lookup(n)
 			if !ok {
-				fmt.Fprintf(stderr, "cairn: unknown layer type %q; run 'cairn layers' for the list\n", n)
+				var names []string
+				for _, t := range registry.Types() {
+					names = append(names, t.Name)
+				}
+				fmt.Fprintf(stderr, "cairn: unknown layer type %q%s; run 'cairn layers' for the list\n", n, spec.DidYouMean(n, names))
 				return exitUsage
 			}
 			types = append(types, t)

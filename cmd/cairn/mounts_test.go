@@ -177,6 +177,7 @@ func TestAdvice(t *testing.T) {
 		want string
 	}{
 		{[]string{"mont"}, 2, `unknown command "mont"; did you mean "mount"?`},
+		{[]string{"layers", "nul"}, 2, `cairn: unknown layer type "nul"; did you mean "null"?; run 'cairn layers' for the list`},
 		{[]string{"mount", "-log-file", "/nonexistent-dir/x.log", "null:" + lower, mnt}, 4, "cannot open log file: open /nonexistent-dir/x.log: no such file or directory"},
 		{[]string{"mount", "null:" + lower, file}, 4, "mountpoint " + file + " is a file, not a directory; choose a directory"},
 		{[]string{"mount", "snoop(output=stdout):" + lower, mnt}, 2, `layer "snoop" writes to standard output (output = "stdout"), which a background mount does not have: mount with -f`},
