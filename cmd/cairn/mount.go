@@ -78,7 +78,8 @@ func runMount(args []string) int {
 		"and "+strings.Join(fusefs.MountFlagNames(), ", ")+" (default nodev,nosuid; dev and suid need root);\n"+
 		"relatime (the default), noatime, strictatime and nodiratime decide when reads change the atimes of the lower's files,\n"+
 		"as on ext4, whatever the lower's own options (over a lower mounted with others they need root; see docs/posix.md);\n"+
-		"defaults, auto, noauto, user, nouser, nofail, _netdev and x-* (fstab's) are ignored")
+		"defaults, auto, noauto, user, nouser, nofail, _netdev and x-* (fstab's) are ignored; subtype=cairn is the type anyway;\n"+
+		"uid=, gid=, umask= and max_read= are refused, saying why")
 	fl.Usage = func() {
 		fmt.Fprintf(fl.Output(), `Usage: cairn mount [flags] SPEC MOUNTPOINT
 
@@ -328,6 +329,13 @@ func (m *mountFlags) parseOptions() error {
 			// lower file system, which checks the daemon's requests.
 		case k == "fsname" && v != "":
 			m.fsname = v
+		case o == "subtype=cairn":
+		case k == "subtype":
+			return usagef("-o %s: the type stays %s, by which cairn umount and mount -t %s know a cairn mount", o, cairnType, cairnType)
+		case k == "uid", k == "gid", k == "umask":
+			return usagef("-o %s: not taken: a stack shows the owners and modes of the lower's files as they are (change them there, or stack an acl layer)", o)
+		case k == "max_read":
+			return usagef("-o %s: not taken: the mount reads and writes up to 1 MiB per request, and the kernel splits larger ones", o)
 		case o == "defaults", o == "auto", o == "noauto", o == "user", o == "nouser", o == "users", o == "nofail",
 			o == "_netdev", strings.HasPrefix(o, "x-"), strings.HasPrefix(o, "comment="):
 			// fstab's, for mount(8) and systemd, not for the file system.

@@ -177,6 +177,8 @@ func TestAdvice(t *testing.T) {
 		want string
 	}{
 		{[]string{"mont"}, 2, `unknown command "mont"; did you mean "mount"?`},
+		{[]string{"mount", "-o", "ro,uid=1000", "null:" + lower, mnt}, 2, "cairn: -o uid=1000: not taken: a stack shows the owners and modes of the lower's files as they are (change them there, or stack an acl layer)\n"},
+		{[]string{"mount", "-o", "subtype=x", "null:" + lower, mnt}, 2, "cairn: -o subtype=x: the type stays fuse.cairn, by which cairn umount and mount -t fuse.cairn know a cairn mount\n"},
 		{[]string{"layers", "nul"}, 2, `cairn: unknown layer type "nul"; did you mean "null"?; run 'cairn layers' for the list`},
 		{[]string{"mount", "-log-file", "/nonexistent-dir/x.log", "null:" + lower, mnt}, 4, "cannot open log file: open /nonexistent-dir/x.log: no such file or directory"},
 		{[]string{"mount", "null:" + lower, file}, 4, "mountpoint " + file + " is a file, not a directory; choose a directory"},
