@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -183,5 +185,38 @@ func TestDemoRelative(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if want := "The demo worked: files written through the mount are plain files in " + cwd + "/rel/data.\n"; err != nil || !strings.HasSuffix(string(out), want) {
 		t.Errorf("cairn demo rel: %v\n%s\nwant it to end with %q", err, out, want)
+	}
+}
+
+// TestSdNotify: under systemd (Type=notify), cairn mount -f says READY=1
+// once the mount is ready, and STOPPING=1 once it is unmounted.
+func TestSdNotify(t *testing.T) {
+	mounttest.Need(t)
+	lower, mnt := t.TempDir(), t.TempDir()
+	sock := filepath.Join(t.TempDir(), "notify")
+	l, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	cmd := exec.Command(mounttest.Binary(t), "mount", "-f", "null:"+lower, mnt)
+	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	buf := make([]byte, 256)
+	n, err := l.Read(buf)
+	if want := fmt.Sprintf("READY=1\nMAINPID=%d", cmd.Process.Pid); err != nil || string(buf[:n]) != want {
+		t.Fatalf("notification %q (%v), want %q", buf[:n], err, want)
+	}
+	if m, ok := mountAt(mnt); !ok || m.Type != cairnType {
+		t.Fatalf("READY=1 before the mount was made: %v %v", m, ok)
+	}
+	if out, code := cairn(t, "umount", mnt); code != 0 {
+		t.Fatalf("umount: exit %d: %s", code, out)
+	}
+	if n, err = l.Read(buf); err != nil || string(buf[:n]) != "STOPPING=1" {
+		t.Errorf("notification %q (%v), want STOPPING=1", buf[:n], err)
 	}
 }

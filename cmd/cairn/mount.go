@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"log/syslog"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -242,6 +243,9 @@ Flags:
 	logger.Info("mounted", "mountpoint", mountpoint, "spec", specArg, "passthrough", srv.Passthrough, "pid", os.Getpid())
 	// "ok", or "ok PATH" when the log goes to a file the user did not name.
 	report(strings.TrimSpace("ok " + logPath))
+	// Under systemd (Type=notify, see cairn@.service) the unit is started
+	// once the mount is ready.
+	sdNotify("READY=1\nMAINPID=" + strconv.Itoa(os.Getpid()))
 	go func() {
 		for sig := range sigs {
 			if sig == syscall.SIGHUP {
@@ -255,8 +259,28 @@ Flags:
 		}
 	}()
 	srv.Wait()
+	sdNotify("STOPPING=1")
 	logger.Info("unmounted", "mountpoint", mountpoint)
 	return exitOK
+}
+
+// sdNotify sends state to systemd's notification socket ($NOTIFY_SOCKET,
+// set for a Type=notify service; sd_notify(3)); without one it does
+// nothing.
+func sdNotify(state string) {
+	addr := os.Getenv("NOTIFY_SOCKET")
+	if addr == "" {
+		return
+	}
+	if addr[0] == '@' {
+		addr = "\x00" + addr[1:] // an abstract socket
+	}
+	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: addr, Net: "unixgram"})
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	c.Write([]byte(state))
 }
 
 // source is what /proc/mounts shows as the mount's source: "cairn:" and
