@@ -2,7 +2,9 @@
 # Sets up a fresh Debian machine for cairn, builds it and runs the demo:
 # installs fuse3 (and the tools the tests use), a Go toolchain if needed,
 # builds bin/cairn, then mounts the embedded demo stack, shows it working
-# and unmounts. --no-demo skips the demo (CI).
+# and unmounts. --no-demo skips the demo (CI). --install also installs cairn
+# (install.sh: PREFIX/bin/cairn, /sbin/mount.fuse.cairn, the man page and the
+# systemd template cairn@.service; PREFIX=/usr/local unless set).
 set -eu
 cd "$(dirname "$0")"
 GO_WANT=1.26
@@ -58,7 +60,14 @@ echo "== building bin/cairn"
 go build -o bin/cairn ./cmd/cairn
 ./bin/cairn version
 
-if [ "${1:-}" != "--no-demo" ]; then
+for a in "$@"; do
+	if [ "$a" = --install ]; then
+		echo "== installing"
+		./install.sh
+	fi
+done
+
+case " $* " in *" --no-demo "*) ;; *)
 	echo "== demo"
-	./bin/cairn demo
-fi
+	./bin/cairn demo ;;
+esac

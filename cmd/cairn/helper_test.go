@@ -220,3 +220,64 @@ func TestSdNotify(t *testing.T) {
 		t.Errorf("notification %q (%v), want STOPPING=1", buf[:n], err)
 	}
 }
+
+// TestInstall: install.sh (./setup.sh --install) puts the command, the
+// mount helper (pointing at the installed command), the man page and the
+// systemd template under PREFIX and SBINDIR, or under DESTDIR for a
+// package; systemd-analyze verifies an instance of the unit, its man page
+// found.
+func TestInstall(t *testing.T) {
+	bin := mounttest.Binary(t)
+	pfx := t.TempDir()
+	run := func(env ...string) string {
+		t.Helper()
+		cmd := exec.Command("sh", "../../install.sh")
+		cmd.Env = append(append(os.Environ(), "BIN="+bin), env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("install.sh %v: %v\n%s", env, err, out)
+		}
+		return string(out)
+	}
+	out := run("PREFIX="+pfx, "SBINDIR="+pfx+"/sbin")
+	unit := pfx + "/lib/systemd/system/cairn@.service"
+	man := pfx + "/share/man/man1/cairn.1"
+	if want := "installed: " + pfx + "/bin/cairn, " + pfx + "/sbin/mount.fuse.cairn, " + man + ", " + unit + "\n"; out != want {
+		t.Errorf("install.sh said %q, want %q", out, want)
+	}
+	if out, err := exec.Command(pfx+"/bin/cairn", "version").CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "cairn ") {
+		t.Errorf("installed cairn version: %v %s", err, out)
+	}
+	for file, want := range map[string]string{
+		pfx + "/sbin/mount.fuse.cairn": "CAIRN=${CAIRN:-" + pfx + "/bin/cairn}\n",
+		unit:                           "ExecStart=" + pfx + "/bin/cairn mount -f /etc/cairn/%i.toml %f\n",
+		man:                            ".SH \"CAIRN MOUNT\"\n",
+	} {
+		if b, err := os.ReadFile(file); err != nil || !strings.Contains(string(b), want) {
+			t.Errorf("%s: %v; want it to hold %q", file, err, want)
+		}
+	}
+	if _, err := exec.LookPath("systemd-analyze"); err == nil {
+		units := t.TempDir()
+		b, _ := os.ReadFile(unit)
+		os.WriteFile(units+"/cairn@.service", b, 0o644)
+		os.Symlink("cairn@.service", units+"/cairn@mnt-data.service")
+		cmd := exec.Command("systemd-analyze", "verify", units+"/cairn@mnt-data.service")
+		cmd.Env = append(os.Environ(), "MANPATH="+pfx+"/share/man")
+		if out, err := cmd.CombinedOutput(); err != nil || len(out) > 0 {
+			t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+		}
+	} else {
+		t.Log("no systemd-analyze: the unit is not verified")
+	}
+	dest := t.TempDir()
+	run("DESTDIR=" + dest)
+	if b, err := os.ReadFile(dest + "/sbin/mount.fuse.cairn"); err != nil || !strings.Contains(string(b), "CAIRN=${CAIRN:-/usr/local/bin/cairn}\n") {
+		t.Errorf("DESTDIR install: %v", err)
+	}
+	for _, f := range []string{"/usr/local/bin/cairn", "/usr/local/share/man/man1/cairn.1", "/usr/local/lib/systemd/system/cairn@.service"} {
+		if _, err := os.Stat(dest + f); err != nil {
+			t.Errorf("DESTDIR install: %v", err)
+		}
+	}
+}
