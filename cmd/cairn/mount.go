@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 
 	"cairn/fusefs"
 	"cairn/layer"
@@ -68,7 +69,8 @@ func runMount(args []string) int {
 	fl.BoolVar(&m.noPassthrough, "no-passthrough", false, "never hand files to the kernel (FUSE passthrough)")
 	fl.BoolVar(&m.noXattr, "no-xattr", false, "no extended attributes (fewer round trips; the spec's xattr = false)")
 	fl.StringVar(&m.logLevel, "log-level", "", "debug, info, warn or error (default: the spec's log_level, else info)")
-	fl.StringVar(&m.logFile, "log-file", "", "log to this file (JSON lines); default: standard error in the foreground, syslog in the background")
+	fl.StringVar(&m.logFile, "log-file", "", "log to this file (JSON lines); default: standard error in the foreground, syslog in the background,\n"+
+		"and with no syslog (no /dev/log) /var/log/cairn/MOUNTPOINT.log (~/.local/state/cairn/ for users), named as systemd names mount units")
 	fl.DurationVar(&m.entry, "entry-timeout", 0, "kernel cache time of names (default: the spec's, else 1s)")
 	fl.DurationVar(&m.attr, "attr-timeout", 0, "kernel cache time of attributes (default: the spec's, else 1s)")
 	fl.DurationVar(&m.negative, "negative-timeout", 0, "kernel cache time of missing names (default: the spec's, else 1s)")
@@ -615,7 +617,11 @@ func awaitReady(cmd *exec.Cmd, r io.ReadCloser) int {
 	br := bufio.NewReader(r)
 	line, err := br.ReadString('\n')
 	if path, ok := strings.CutPrefix(strings.TrimSpace(line), "ok "); ok {
-		fmt.Fprintf(os.Stderr, "cairn: no syslog (no /dev/log): the mount logs to %s\n", path)
+		// Said to a person at a terminal; scripts (and mount(8)) get
+		// nothing on success, as from any mount.
+		if term.IsTerminal(int(os.Stderr.Fd())) {
+			fmt.Fprintf(os.Stderr, "cairn: no syslog (no /dev/log): the mount logs to %s\n", path)
+		}
 		line = "ok"
 	}
 	if strings.TrimSpace(line) == "ok" {
