@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"cairn/internal/mounttest"
 )
@@ -283,4 +284,64 @@ func TestInstall(t *testing.T) {
 			t.Errorf("DESTDIR install: %v", err)
 		}
 	}
+}
+
+// TestSecondDaemonRefused: two daemons must not serve the same codec or
+// crypt lower (each keeps its files' state in memory): a second mount
+// elsewhere is refused, saying why; the lock is the kernel's (flock on the
+// lower), so once the first daemon is killed (kill -9) the lower mounts
+// again, and the dead mount is taken away by cairn umount.
+func TestSecondDaemonRefused(t *testing.T) {
+	mounttest.Need(t)
+	pass := filepath.Join(t.TempDir(), "pass")
+	os.WriteFile(pass, []byte("pw\n"), 0o600)
+	for _, typ := range []string{"zstd", "crypt"} {
+		lower, mnt1, mnt2 := t.TempDir(), t.TempDir(), t.TempDir()
+		spec := typ + ":" + lower
+		args := []string{"mount", "--passfile", pass}
+		if typ == "crypt" {
+			if out, code := cairn(t, "init", "--passfile", pass, "--argon2-memory", "19MiB", "--argon2-time", "2", spec); code != 0 {
+				t.Fatalf("init: exit %d: %s", code, out)
+			}
+		}
+		if out, code := cairn(t, append(args, spec, mnt1)...); code != 0 {
+			t.Fatalf("%s: mount: exit %d: %s", typ, code, out)
+		}
+		out, code := cairn(t, append(args, spec, mnt2)...)
+		want := "cairn: the files of the " + typ + " layer in " + lower + " are in use by another cairn process (a mount of this stack, or an fsck): unmount it first ('cairn umount MOUNTPOINT')\n"
+		if code != 4 || out != want {
+			t.Errorf("%s: second mount: exit %d, %q; want exit 4 and %q", typ, code, out, want)
+		}
+		pid, err := exec.Command("pgrep", "-f", "cairn mount --passfile "+pass+" "+spec+" "+mnt1+"$").Output()
+		if err != nil {
+			t.Fatalf("%s: the daemon of %s: %v", typ, mnt1, err)
+		}
+		exec.Command("kill", "-9", strings.TrimSpace(string(pid))).Run()
+		waitExited(t, strings.TrimSpace(string(pid)))
+		if out, code := cairn(t, append(args, spec, mnt2)...); code != 0 {
+			t.Errorf("%s: mount after kill -9 of the first daemon: exit %d: %s", typ, code, out)
+		}
+		for _, m := range []string{mnt1, mnt2} {
+			if out, code := cairn(t, "umount", m); code != 0 {
+				t.Errorf("%s: umount %s: exit %d: %s", typ, m, code, out)
+			}
+		}
+	}
+}
+
+// waitExited waits until process pid has exited (gone, or a zombie: its
+// files, and so its locks, are released by then).
+func waitExited(t *testing.T, pid string) {
+	t.Helper()
+	for i := 0; i < 500; i++ {
+		b, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil {
+			return
+		}
+		if _, after, ok := strings.Cut(string(b), ") "); ok && strings.HasPrefix(after, "Z") {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("process %s did not exit", pid)
 }
