@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -344,4 +345,43 @@ func waitExited(t *testing.T, pid string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("process %s did not exit", pid)
+}
+
+// TestUmountDeadBusy: a dead mount (its daemon killed -9) that a process
+// still uses (its working directory is under it) is detached lazily by
+// cairn umount, which says so; the stack then mounts there again.
+func TestUmountDeadBusy(t *testing.T) {
+	mounttest.Need(t)
+	mounttest.NeedRoot(t)
+	lower, mnt := t.TempDir(), t.TempDir()
+	spec := "null:" + lower
+	if out, code := cairn(t, "mount", spec, mnt); code != 0 {
+		t.Fatalf("mount: exit %d: %s", code, out)
+	}
+	t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
+	user := exec.Command("sleep", "600")
+	user.Dir = mnt
+	if err := user.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { user.Process.Kill(); user.Wait() }()
+	pid, err := exec.Command("pgrep", "-f", "cairn mount "+spec+" "+mnt+"$").Output()
+	if err != nil {
+		t.Fatalf("the daemon of %s: %v", mnt, err)
+	}
+	exec.Command("kill", "-9", strings.TrimSpace(string(pid))).Run()
+	waitExited(t, strings.TrimSpace(string(pid)))
+	out, code := cairn(t, "umount", mnt)
+	if want := "cairn: " + mnt + " is a dead mount still in use (a process's directory or open file is under it): detached lazily\n"; code != 0 || out != want {
+		t.Errorf("umount: exit %d, %q; want 0 and %q", code, out, want)
+	}
+	if _, ok := mountAt(mnt); ok {
+		t.Fatal("the dead mount is still there")
+	}
+	if out, code := cairn(t, "mount", spec, mnt); code != 0 {
+		t.Fatalf("mount again: exit %d: %s", code, out)
+	}
+	if out, code := cairn(t, "umount", mnt); code != 0 {
+		t.Errorf("umount: exit %d: %s", code, out)
+	}
 }

@@ -665,7 +665,8 @@ written out its data and exited, so that the next command (cairn fsck, a
 new mount) can run at once. Exits 1 if that takes longer than -timeout
 (the mount is gone by then; the process is still finishing). Refuses a
 mountpoint where nothing is mounted and a mount that is not cairn's; a dead
-mount (its process was killed) unmounts as any other.
+mount (its process was killed) unmounts as any other, lazily (-z) if it is
+still in use.
 
 Flags:
 `)
@@ -682,7 +683,14 @@ Flags:
 	if err := checkUnmountable(mp); err != nil {
 		return fail(err, exitFailed)
 	}
-	if err := fusefs.Unmount(mp, *lazy); err != nil {
+	err := fusefs.Unmount(mp, *lazy)
+	if errors.Is(err, syscall.EBUSY) && isDead(mp) {
+		// Nothing serves a dead mount: the processes that still use it
+		// get errors whatever happens, so detach it now.
+		fmt.Fprintf(os.Stderr, "cairn: %s is a dead mount still in use (a process's directory or open file is under it): detached lazily\n", mp)
+		err, *lazy = fusefs.Unmount(mp, true), true
+	}
+	if err != nil {
 		hint := ""
 		if errors.Is(err, syscall.EBUSY) {
 			hint = " (files under it are in use: close them, or use -z)"
