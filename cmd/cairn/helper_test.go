@@ -134,8 +134,8 @@ func cairnIn(t *testing.T, stdin string, args ...string) (string, int) {
 }
 
 // TestPassphrases: the passphrase of a crypt stack comes from --passfile,
-// --extpass or standard input (when it is not a terminal) for mount, fsck
-// and passwd alike, without editing the spec; a wrong one exits 7 from
+// --extpass or standard input (when it is not a terminal) for init, mount,
+// fsck and passwd alike, without editing the spec; a wrong one exits 7 from
 // each; passwd refuses a mounted volume (exit 5).
 func TestPassphrases(t *testing.T) {
 	mounttest.Need(t)
@@ -146,7 +146,7 @@ func TestPassphrases(t *testing.T) {
 	os.WriteFile(wrong, []byte("wrong horse\n"), 0o600)
 	spec := "crypt:" + lower
 	kdf := []string{"--argon2-memory", "19MiB", "--argon2-time", "2", "--argon2-threads", "1"}
-	if out, code := cairn(t, append(append([]string{"init"}, kdf...), "--passfile", good, spec)...); code != 0 {
+	if out, code := cairnIn(t, "right horse\n", append([]string{"init"}, append(kdf, spec)...)...); code != 0 {
 		t.Fatalf("init: exit %d: %s", code, out)
 	}
 	wrongMsg := `layer "crypt" (type crypt): wrong passphrase for ` + lower + "/.cairn-crypt.conf"
@@ -169,6 +169,11 @@ func TestPassphrases(t *testing.T) {
 			"cairn: passwd: the files of the crypt layer in " + lower + " are in use by another cairn process (a mount of this stack, or an fsck): unmount it first ('cairn umount MOUNTPOINT')"},
 		{"", []string{"umount", mnt}, 0, ""},
 		{"", []string{"passwd", "--passfile", good, "--new-passfile", good, spec}, 0, `cairn: the passphrase of layer "crypt" is changed`},
+		// Both from standard input: the current one on the first line,
+		// the new one on the second.
+		{"right horse\n", []string{"passwd", spec}, 1, "cairn: no new passphrase: standard input has no line for it (give it on a line of its own, or use a passphrase file)"},
+		{"right horse\nnew horse\n", []string{"passwd", spec}, 0, `cairn: the passphrase of layer "crypt" is changed`},
+		{"new horse\n", []string{"fsck", spec}, 0, "nothing to check"},
 	} {
 		out, code := cairnIn(t, c.stdin, c.args...)
 		if code != c.code || !strings.Contains(out, c.want) {

@@ -131,16 +131,36 @@ func stdinIsData() bool {
 	return err == nil && (fi.Mode()&os.ModeNamedPipe != 0 || fi.Mode().IsRegular())
 }
 
-// readStdin reads the secret from the first line of standard input.
+// readStdin reads the secret from the next line of standard input, a byte
+// at a time so that the rest stays unread: cairn passwd reads the current
+// passphrase from the first line and the new one from the second.
 func readStdin(what string) ([]byte, error) {
-	line, ok, _, err := readLine(os.Stdin)
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("cannot read the %s from standard input: %w", what, err)
-	case !ok:
-		return nil, fmt.Errorf("the first line of standard input is longer than %d bytes", MaxSecret)
-	case len(line) == 0:
-		return nil, fmt.Errorf("no %s: standard input is empty (give it on the first line, or use a passphrase file)", what)
+	var line []byte
+	b := make([]byte, 1)
+	for {
+		n, err := os.Stdin.Read(b)
+		if n == 1 && b[0] == '\n' {
+			break
+		}
+		if n == 1 {
+			if len(line) == MaxSecret {
+				clear(line)
+				return nil, fmt.Errorf("a line of standard input is longer than %d bytes", MaxSecret)
+			}
+			line = append(line, b[0])
+			continue
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			clear(line)
+			return nil, fmt.Errorf("cannot read the %s from standard input: %w", what, err)
+		}
+	}
+	line = bytes.TrimSuffix(line, []byte("\r"))
+	if len(line) == 0 {
+		return nil, fmt.Errorf("no %s: standard input has no line for it (give it on a line of its own, or use a passphrase file)", what)
 	}
 	return line, nil
 }
