@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -163,16 +164,18 @@ Flags:
 	return exitOK
 }
 
-// progress draws a progress bar on a terminal, and nothing elsewhere.
+// progress draws a progress bar on a terminal (the count done, of how
+// many, and the rate per second), and nothing elsewhere.
 type progress struct {
 	w     io.Writer
 	n     int
 	tty   bool
 	shown bool
+	start time.Time
 }
 
 func newProgress(w io.Writer, n int) *progress {
-	p := &progress{w: w, n: n}
+	p := &progress{w: w, n: n, start: time.Now()}
 	if f, ok := w.(*os.File); ok {
 		_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 		p.tty = err == nil
@@ -189,13 +192,17 @@ func (p *progress) update(i int, name string) {
 	if len(name) > 40 {
 		name = "..." + name[len(name)-37:]
 	}
-	fmt.Fprintf(p.w, "\r[%s%s] %d/%d %-40s", strings.Repeat("=", fill), strings.Repeat(" ", width-fill), i, p.n, name)
+	rate := ""
+	if d := time.Since(p.start).Seconds(); d >= 0.1 {
+		rate = fmt.Sprintf("%.0f/s", float64(i)/d)
+	}
+	fmt.Fprintf(p.w, "\r[%s%s] %d/%d %8s %-40s", strings.Repeat("=", fill), strings.Repeat(" ", width-fill), i, p.n, rate, name)
 	p.shown = true
 }
 
 func (p *progress) clear() {
 	if p.shown {
-		fmt.Fprintf(p.w, "\r%s\r", strings.Repeat(" ", 90))
+		fmt.Fprintf(p.w, "\r%s\r", strings.Repeat(" ", 100))
 		p.shown = false
 	}
 }

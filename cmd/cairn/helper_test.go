@@ -390,3 +390,30 @@ func TestUmountDeadBusy(t *testing.T) {
 		t.Errorf("umount: exit %d: %s", code, out)
 	}
 }
+
+// TestFsckProgress: on a terminal fsck draws a bar (done/total, then the
+// rate once it has run a tenth of a second) and clears it before its
+// summary; elsewhere it draws nothing.
+func TestFsckProgress(t *testing.T) {
+	mounttest.Need(t)
+	lower, mnt := t.TempDir(), t.TempDir()
+	spec := "zstd:" + lower
+	if out, code := cairn(t, "mount", spec, mnt); code != 0 {
+		t.Fatalf("mount: exit %d: %s", code, out)
+	}
+	for i := 0; i < 20; i++ {
+		os.WriteFile(filepath.Join(mnt, fmt.Sprint("f", i)), []byte("data"), 0o644)
+	}
+	if out, code := cairn(t, "umount", mnt); code != 0 {
+		t.Fatalf("umount: exit %d: %s", code, out)
+	}
+	summary := "zstd layer: 20 files checked, 0 repaired, 0 index problems left, 0 damaged chunks\n"
+	if out, code := cairn(t, "fsck", "-q", spec); code != 0 || out != summary {
+		t.Errorf("fsck, not on a terminal: exit %d, %q; want %q", code, out, summary)
+	}
+	out, err := exec.Command("script", "-qec", mounttest.Binary(t)+" fsck -q "+spec, "/dev/null").Output()
+	text := strings.ReplaceAll(string(out), "\r\n", "\n")
+	if err != nil || !strings.Contains(text, "\r[=") || !strings.Contains(text, "] 19/20 ") || !strings.HasSuffix(text, "\r"+strings.Repeat(" ", 100)+"\r"+summary) {
+		t.Errorf("fsck on a terminal: %v, %q", err, text)
+	}
+}
