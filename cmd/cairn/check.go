@@ -20,13 +20,16 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	fl := flag.NewFlagSet("check", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	quiet := fl.Bool("q", false, "print nothing when the spec is good")
+	nonempty := fl.Bool("nonempty", false, "with MOUNTPOINT: a directory that holds files will do (as mount -nonempty)")
 	fl.Usage = func() {
 		fmt.Fprintf(fl.Output(), `Usage: cairn check [-q] SPEC [MOUNTPOINT]
 
 Checks SPEC (a spec file or the inline form, such as 'null:/srv/data') as
 'cairn mount' would before mounting: syntax, layer types and options, names,
 lowers, cycles, directories. With MOUNTPOINT it also checks that the stack can
-be mounted there. Every mistake is reported, each with file:line:column.
+be mounted there now, as mount does: a directory, empty (unless -nonempty), with
+nothing mounted on it (not even a dead mount). Every mistake is reported, each
+with file:line:column.
 Exits 0 if the spec is good, 3 if not, 2 on a bad command line.
 
 Flags:
@@ -45,6 +48,9 @@ Flags:
 		err = s.CheckMountpoint(fl.Arg(1))
 		if err == nil {
 			err = mountpointDir(fl.Arg(1)) // what cairn mount refuses, check refuses
+		}
+		if err == nil {
+			err = checkMountpointFree(fl.Arg(1), *nonempty)
 		}
 	}
 	if err != nil {

@@ -35,6 +35,8 @@ func TestMountpointRefusals(t *testing.T) {
 	t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
 	out, code := cairn(t, "mount", spec, mnt)
 	expect(out, code, 4, "mountpoint "+mnt+" is already a cairn mount (cairn:"+spec+"); unmount it first: cairn umount "+mnt)
+	out, code = cairn(t, "check", spec, mnt)
+	expect(out, code, 3, "mountpoint "+mnt+" is already a cairn mount (cairn:"+spec+"); unmount it first: cairn umount "+mnt)
 
 	// A tmpfs is not cairn's to unmount.
 	tmp := t.TempDir()
@@ -55,6 +57,11 @@ func TestMountpointRefusals(t *testing.T) {
 	os.WriteFile(filepath.Join(full, "x"), nil, 0o644)
 	out, code = cairn(t, "mount", spec, full)
 	expect(out, code, 4, "mountpoint "+full+" is not empty (it holds x); its files would be hidden while mounted: choose an empty directory, or pass -nonempty")
+	out, code = cairn(t, "check", spec, full)
+	expect(out, code, 3, "mountpoint "+full+" is not empty (it holds x); its files would be hidden while mounted: choose an empty directory, or pass -nonempty")
+	if out, code := cairn(t, "check", "-nonempty", spec, full); code != 0 {
+		t.Errorf("check -nonempty: exit %d: %s", code, out)
+	}
 	if out, code := cairn(t, "mount", "-nonempty", spec, full); code != 0 {
 		t.Fatalf("mount -nonempty: exit %d: %s", code, out)
 	}
@@ -75,6 +82,8 @@ func TestMountpointRefusals(t *testing.T) {
 	}
 	out, code = cairn(t, "mount", spec, mnt)
 	expect(out, code, 4, "mountpoint "+mnt+" is a dead cairn mount (the process that served it is gone); run 'cairn umount "+mnt+"' first")
+	out, code = cairn(t, "check", spec, mnt)
+	expect(out, code, 3, "mountpoint "+mnt+" is a dead cairn mount (the process that served it is gone); run 'cairn umount "+mnt+"' first")
 	if out, code := cairn(t, "umount", mnt); code != 0 {
 		t.Fatalf("umount of a dead mount: exit %d: %s", code, out)
 	}
