@@ -496,7 +496,9 @@ func newLogger(m mountFlags, level slog.Level, daemon bool, mountpoint string) (
 		os.MkdirAll(filepath.Dir(path), 0o750)
 		f, ferr := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
 		if ferr != nil {
-			return nil, nil, "", fmt.Errorf("no syslog to log to (%v), and cannot open the log file instead: %w; give one with -log-file", err, ferr)
+			// Nowhere to log (a user without a writable home, say):
+			// keep quiet rather than fail the mount.
+			return slog.New(slog.NewTextHandler(io.Discard, hopts)), func() {}, "", nil
 		}
 		return slog.New(slog.NewJSONHandler(f, hopts)), func() { f.Close() }, path, nil
 	}
