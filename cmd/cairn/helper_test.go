@@ -272,7 +272,11 @@ func TestInstall(t *testing.T) {
 		b, _ := os.ReadFile(unit)
 		os.WriteFile(units+"/cairn@.service", b, 0o644)
 		os.Symlink("cairn@.service", units+"/cairn@mnt-data.service")
-		cmd := exec.Command("systemd-analyze", "verify", units+"/cairn@mnt-data.service")
+		args := []string{"verify", units + "/cairn@mnt-data.service"}
+		if _, err := exec.LookPath("man"); err != nil {
+			args = append(args, "--man=no") // its Documentation= needs man(1) to be checked
+		}
+		cmd := exec.Command("systemd-analyze", args...)
 		cmd.Env = append(os.Environ(), "MANPATH="+pfx+"/share/man")
 		if out, err := cmd.CombinedOutput(); err != nil || len(out) > 0 {
 			t.Errorf("systemd-analyze verify: %v\n%s", err, out)
