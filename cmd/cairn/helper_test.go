@@ -100,7 +100,8 @@ not mounted
 // terminal.
 func TestMountLogFallback(t *testing.T) {
 	lower, mnt := t.TempDir(), t.TempDir()
-	logf := filepath.Join("/var/log/cairn", strings.ReplaceAll(strings.Trim(mnt, "/"), "/", "-")+".log")
+	mounttest.Binary(t) // sets CAIRN_LOG_DIR for the tests' mounts
+	logf := filepath.Join(os.Getenv("CAIRN_LOG_DIR"), strings.ReplaceAll(strings.Trim(mnt, "/"), "/", "-")+".log")
 	t.Cleanup(func() { os.Remove(logf) })
 	script := `
 if [ -e /dev/log ]; then mount --bind /dev/null /dev/log; fi

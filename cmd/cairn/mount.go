@@ -70,7 +70,7 @@ func runMount(args []string) int {
 	fl.BoolVar(&m.noXattr, "no-xattr", false, "no extended attributes (fewer round trips; the spec's xattr = false)")
 	fl.StringVar(&m.logLevel, "log-level", "", "debug, info, warn or error (default: the spec's log_level, else info)")
 	fl.StringVar(&m.logFile, "log-file", "", "log to this file (JSON lines); default: standard error in the foreground, syslog in the background,\n"+
-		"and with no syslog (no /dev/log) /var/log/cairn/MOUNTPOINT.log (~/.local/state/cairn/ for users), named as systemd names mount units")
+		"and with no syslog (no /dev/log) /var/log/cairn/MOUNTPOINT.log (~/.local/state/cairn/ for users; $CAIRN_LOG_DIR if set), named as systemd names mount units")
 	fl.DurationVar(&m.entry, "entry-timeout", 0, "kernel cache time of names (default: the spec's, else 1s)")
 	fl.DurationVar(&m.attr, "attr-timeout", 0, "kernel cache time of attributes (default: the spec's, else 1s)")
 	fl.DurationVar(&m.negative, "negative-timeout", 0, "kernel cache time of missing names (default: the spec's, else 1s)")
@@ -508,10 +508,12 @@ func newLogger(m mountFlags, level slog.Level, daemon bool, mountpoint string) (
 // logFallback is where a background mount logs when there is no syslog:
 // /var/log/cairn (root) or $XDG_STATE_HOME/cairn (else ~/.local/state/cairn),
 // one file per mountpoint, named after its path as systemd names mount
-// units ("/mnt/x" -> mnt-x.log).
+// units ("/mnt/x" -> mnt-x.log). CAIRN_LOG_DIR, if set, is the directory.
 func logFallback(mountpoint string) string {
 	dir := "/var/log/cairn"
-	if os.Geteuid() != 0 {
+	if d := os.Getenv("CAIRN_LOG_DIR"); d != "" {
+		dir = d
+	} else if os.Geteuid() != 0 {
 		if d := os.Getenv("XDG_STATE_HOME"); d != "" {
 			dir = filepath.Join(d, "cairn")
 		} else if h, err := os.UserHomeDir(); err == nil {

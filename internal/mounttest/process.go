@@ -32,6 +32,11 @@ func Binary(t testing.TB) string {
 			return
 		}
 		build.bin = filepath.Join(dir, "cairn")
+		// Background mounts without syslog log to a file per mountpoint;
+		// the tests' mountpoints are temporary, so are their logs.
+		if os.Getenv("CAIRN_LOG_DIR") == "" {
+			os.Setenv("CAIRN_LOG_DIR", filepath.Join(dir, "log"))
+		}
 		cmd := exec.Command("go", "build", "-o", build.bin, "cairn/cmd/cairn")
 		build.out, build.err = cmd.CombinedOutput()
 	})
