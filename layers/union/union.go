@@ -72,6 +72,8 @@ type FS struct {
 	known map[string]knownName
 	// shared: keep no resolution (Options.Shared).
 	shared bool
+	// imu orders the changes of the index's counts (index.go).
+	imu sync.Mutex
 }
 
 const (
@@ -444,8 +446,8 @@ func (u *FS) linkUp(ctx context.Context, path string, o *obj) (bool, error) {
 	}
 	self := layer.AsSelf(ctx)
 	idx := indexName(o.a.ID())
-	if _, err := u.b[w].FS.Getattr(self, idx); err != nil {
-		return false, nil
+	if k, err := u.indexCounts(ctx, w, idx); err != nil || k.kind != idxCopy {
+		return false, nil // no copy (none, or a placeholder)
 	}
 	defer u.change()()
 	dir, _ := layer.Split(path)
@@ -453,17 +455,21 @@ func (u *FS) linkUp(ctx context.Context, path string, o *obj) (bool, error) {
 		return false, err
 	}
 	u.markImpure(ctx, w, dir)
-	if _, err := u.b[w].FS.Link(self, idx, path); err != nil && !errors.Is(err, syscall.EEXIST) {
+	if _, err := u.b[w].FS.Link(self, idx, path); err != nil {
+		if errors.Is(err, syscall.EEXIST) {
+			return true, nil // linked meanwhile, and counted
+		}
 		return false, err
 	}
+	u.ended(ctx, w, o.a.ID(), 0)
 	return true, nil
 }
 
 // A copied-up file keeps the identity (inode number) of the file it was
 // copied from, as overlayfs's copies do: the copy records it as side data
-// ("origin": the ID the union gave the original, 32 bytes, and a 33rd, 1,
-// when the copy is in the index: a file of several links, whose other
-// names come to the copy when they are looked up).
+// ("origin": the ID the union gave the original, 32 bytes, and for a copy
+// in the index (a file of several links, whose other names come to the
+// copy when they are looked up) its kind and counts: see index.go).
 
 func encodeID(id layer.ID) []byte {
 	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(
@@ -482,7 +488,7 @@ func (u *FS) origin(ctx context.Context, i int, path string, a *layer.Attr) *sho
 	}
 	be := binary.BigEndian
 	return &shown{id: layer.ID{Dev: be.Uint64(v), Branch: be.Uint64(v[8:]), Ino: be.Uint64(v[16:]), Gen: be.Uint64(v[24:])},
-		indexed: len(v) > 32 && v[32] == 1}
+		indexed: len(v) > 32 && v[32] == idxCopy}
 }
 
 func setID(a *layer.Attr, id layer.ID) {
@@ -1077,8 +1083,15 @@ func (u *FS) removeName(ctx context.Context, path string, o *obj, dir bool) erro
 		if err := u.ensureDir(ctx, w, pdir); err != nil {
 			return err
 		}
-		_, err := u.b[w].FS.Mknod(self, path, unix.S_IFCHR, 0)
-		return err
+		if _, err := u.b[w].FS.Mknod(self, path, unix.S_IFCHR, 0); err != nil {
+			return err
+		}
+		if o.a.IsRegular() && o.a.Nlink > 1 {
+			// A name of a file of several links ends: the index counts it.
+			u.ended(ctx, w, o.a.ID(), o.a.Nlink)
+			u.collect(ctx, w, o.a.ID())
+		}
+		return nil
 	}
 	l := u.b[t].FS
 	if dir {
@@ -1090,7 +1103,11 @@ func (u *FS) removeName(ctx context.Context, path string, o *obj, dir bool) erro
 		if dir {
 			return l.Rmdir(ctx, path)
 		}
-		return l.Unlink(ctx, path)
+		if err := l.Unlink(ctx, path); err != nil {
+			return err
+		}
+		u.collectShown(ctx, t, o.id)
+		return nil
 	}
 	tmp := u.tmpName(path)
 	if _, err := l.Mknod(self, tmp, unix.S_IFCHR, 0); err != nil {
@@ -1101,6 +1118,7 @@ func (u *FS) removeName(ctx context.Context, path string, o *obj, dir bool) erro
 			l.Unlink(self, tmp)
 			return err
 		}
+		u.collectShown(ctx, t, o.id)
 		return nil
 	}
 	if err := l.Rename(self, tmp, path, unix.RENAME_EXCHANGE); err != nil {
@@ -1131,17 +1149,20 @@ func (u *FS) removeBelow(ctx context.Context, path string, o *obj, dir bool) err
 			return nil
 		}
 		l := u.b[j].FS
+		var id *shown
 		if dir {
 			if err := u.clearDir(ctx, j, path); err != nil {
 				return nil
 			}
 			err = l.Rmdir(ctx, path)
 		} else {
+			id = u.origin(ctx, j, path, &a)
 			err = l.Unlink(ctx, path)
 		}
 		if err != nil {
 			return u.branchErr(j, path, err)
 		}
+		u.collectShown(ctx, j, id)
 	}
 	return nil
 }
@@ -1219,6 +1240,7 @@ func (u *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32) 
 		return err
 	}
 	dst, err := u.resolve(ctx, newpath)
+	var replaced *shown // the copy whose name the rename replaces
 	switch {
 	case err == nil:
 		if flags&unix.RENAME_NOREPLACE != 0 {
@@ -1252,6 +1274,8 @@ func (u *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32) 
 			if err := u.clearDir(ctx, i, newpath); err != nil {
 				return err
 			}
+		} else {
+			replaced = dst.id
 		}
 	case errors.Is(err, syscall.ENOENT):
 	default:
@@ -1298,6 +1322,9 @@ func (u *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32) 
 	}
 	u.forget(oldpath)
 	u.forget(newpath)
+	if err == nil && replaced != nil {
+		u.collectShown(ctx, i, replaced) // a copy's name was replaced
+	}
 	return err
 }
 

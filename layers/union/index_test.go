@@ -1,0 +1,203 @@
+package union_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"cairn/internal/mounttest"
+)
+
+// indexEntries lists the index of upper branch up.
+func indexEntries(t *testing.T, up string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(up, ".cairn-union-index"))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func freeBlocks(t *testing.T, d string) uint64 {
+	t.Helper()
+	var s unix.Statfs_t
+	if err := unix.Statfs(d, &s); err != nil {
+		t.Fatal(err)
+	}
+	return s.Bfree * uint64(s.Bsize) / 4096
+}
+
+func statIno(t *testing.T, p string) (ino uint64, nlink uint64) {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino, uint64(st.Nlink)
+}
+
+// TestUnionIndexCollected: the index entry of a copied-up file of several
+// links goes, and its blocks are freed, once every name of the original
+// is gone (removed through the union, whether it came to the copy first
+// or was hidden before the copy-up), and is kept while a name of the
+// original remains: looked up later, even after a remount, that name is
+// linked to the copy (one inode, the copy's bytes).
+func TestUnionIndexCollected(t *testing.T) {
+	const size = 4 << 20
+	data := bytes.Repeat([]byte("0123456789abcdef"), size/16)
+	changed := append([]byte("changed\n"), data[8:]...)
+	setup := func(names ...string) (up, lo string) {
+		up, lo = smallFS(t, 64), t.TempDir()
+		for i, n := range names {
+			p := filepath.Join(lo, n)
+			os.MkdirAll(filepath.Dir(p), 0o755)
+			if i == 0 {
+				if err := os.WriteFile(p, data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.Link(filepath.Join(lo, names[0]), p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return up, lo
+	}
+	change := func(m *mounttest.Mounted, name string) {
+		t.Helper()
+		f, err := os.OpenFile(m.Path(name), os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt([]byte("changed\n"), 0); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	remove := func(m *mounttest.Mounted, name string) {
+		t.Helper()
+		if err := os.Remove(m.Path(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lowerIntact := func(lo, name string) {
+		t.Helper()
+		if b, err := os.ReadFile(filepath.Join(lo, name)); err != nil || !bytes.Equal(b, data) {
+			t.Fatalf("the lower %s changed (%v)", name, err)
+		}
+	}
+
+	t.Run("all names removed", func(t *testing.T) {
+		up, lo := setup("a", "d/b")
+		m := mountUnion(t, up, lo)
+		free0 := freeBlocks(t, up)
+		change(m, "a")
+		if n := indexEntries(t, up); len(n) != 1 {
+			t.Fatalf("index after the copy-up: %v", n)
+		}
+		if free0-freeBlocks(t, up) < size/4096 {
+			t.Fatalf("the copy takes %d blocks", free0-freeBlocks(t, up))
+		}
+		remove(m, "a")
+		if n := indexEntries(t, up); len(n) != 1 {
+			t.Fatalf("index with d/b left: %v", n)
+		}
+		remove(m, "d/b")
+		if n := indexEntries(t, up); len(n) != 0 {
+			t.Fatalf("index after every name is removed: %v", n)
+		}
+		if used := free0 - freeBlocks(t, up); used > 16 {
+			t.Fatalf("the copy's blocks are not freed: %d blocks used", used)
+		}
+		if !isWhiteout(t, filepath.Join(up, "a")) || !isWhiteout(t, filepath.Join(up, "d", "b")) {
+			t.Fatal("no whiteouts")
+		}
+		for _, n := range []string{"a", "d/b"} {
+			if _, err := os.Lstat(m.Path(n)); !os.IsNotExist(err) {
+				t.Fatalf("%s is still seen: %v", n, err)
+			}
+			lowerIntact(lo, n)
+		}
+	})
+
+	t.Run("one name left", func(t *testing.T) {
+		up, lo := setup("a", "d/b")
+		m := mountUnion(t, up, lo)
+		ino0, _ := statIno(t, m.Path("a"))
+		change(m, "a")
+		remove(m, "a")
+		m.Unmount()
+		if n := indexEntries(t, up); len(n) != 1 {
+			t.Fatalf("index with d/b left: %v", n)
+		}
+		m = mountUnion(t, up, lo)
+		ino, nlink := statIno(t, m.Path("d", "b"))
+		if ino != ino0 || nlink != 1 {
+			t.Fatalf("d/b: ino %d nlink %d; a was ino %d", ino, nlink, ino0)
+		}
+		if b, err := os.ReadFile(m.Path("d", "b")); err != nil || !bytes.Equal(b, changed) {
+			t.Fatalf("d/b does not read the copy's bytes (%v)", err)
+		}
+		idx := indexEntries(t, up)
+		if len(idx) != 1 {
+			t.Fatalf("index: %v", idx)
+		}
+		i1, _ := statIno(t, filepath.Join(up, "d", "b"))
+		i2, _ := statIno(t, filepath.Join(up, ".cairn-union-index", idx[0]))
+		if i1 != i2 {
+			t.Fatal("d/b is not linked to the copy in the upper branch")
+		}
+		remove(m, "d/b")
+		if n := indexEntries(t, up); len(n) != 0 {
+			t.Fatalf("index after the last name is removed: %v", n)
+		}
+		lowerIntact(lo, "d/b")
+	})
+
+	t.Run("a name hidden before the copy-up", func(t *testing.T) {
+		up, lo := setup("x", "y", "z")
+		m := mountUnion(t, up, lo)
+		remove(m, "x") // no copy yet: a placeholder counts it
+		change(m, "y")
+		remove(m, "y")
+		if n := indexEntries(t, up); len(n) != 1 {
+			t.Fatalf("index with z left: %v", n)
+		}
+		if b, err := os.ReadFile(m.Path("z")); err != nil || !bytes.Equal(b, changed) {
+			t.Fatalf("z does not read the copy's bytes (%v)", err)
+		}
+		// A link made through the union is a name of the copy too.
+		if err := os.Link(m.Path("z"), m.Path("w")); err != nil {
+			t.Fatal(err)
+		}
+		remove(m, "z")
+		if n := indexEntries(t, up); len(n) != 1 {
+			t.Fatalf("index with w left: %v", n)
+		}
+		remove(m, "w")
+		if n := indexEntries(t, up); len(n) != 0 {
+			t.Fatalf("index after every name is removed: %v", n)
+		}
+	})
+
+	t.Run("names hidden without a copy-up", func(t *testing.T) {
+		up, lo := setup("p", "q")
+		m := mountUnion(t, up, lo)
+		remove(m, "p")
+		if n := indexEntries(t, up); len(n) != 1 {
+			t.Fatalf("index with q left: %v", n)
+		}
+		if b, err := os.ReadFile(m.Path("q")); err != nil || !bytes.Equal(b, data) {
+			t.Fatalf("q (%v)", err)
+		}
+		remove(m, "q")
+		if n := indexEntries(t, up); len(n) != 0 {
+			t.Fatalf("the placeholder stays: %v", n)
+		}
+	})
+}
