@@ -166,9 +166,10 @@ func (u *FS) FSCaps() layer.FSCaps {
 // obj is a resolved path: the branches it is on, first first (one for
 // anything but a directory), and the first one's attributes.
 type obj struct {
-	br []int
-	a  layer.Attr
-	id *shown // a copy's recorded origin, shown as its identity
+	br  []int
+	a   layer.Attr
+	id  *shown   // a copy's recorded origin, shown as its identity
+	lid layer.ID // the object's identity on its first branch (not shown)
 }
 
 // shown is the identity a copy shows: its original's; indexed, its link
@@ -256,6 +257,7 @@ type knownName struct {
 	br  []int
 	wh  int
 	id  *shown
+	lid layer.ID // the identity on br[0] (obj.lid)
 }
 
 // Resolutions are cached until the union changes anything: every
@@ -285,19 +287,35 @@ func (u *FS) change() func() {
 }
 
 // changeAt is change, with what was known of path just before it began.
-func (u *FS) changeAt(path string) (knownName, bool, func()) {
+// The function that ends it is given what path is after the change (nil:
+// not known), which is kept if no other change ran meanwhile: a create
+// knows where it put the name, so the lookups and the file handle the
+// kernel asks of a name it made need not search for it.
+func (u *FS) changeAt(path string) (knownName, bool, func(after *knownName)) {
 	u.kmu.Lock()
 	k, ok := u.knownNow(path)
 	u.busy++
 	u.gen++
+	g := u.gen
 	u.kmu.Unlock()
-	return k, ok, func() {
+	return k, ok, func(after *knownName) {
 		u.kmu.Lock()
 		u.busy--
 		u.gen++
+		if after != nil && u.gen == g+1 && u.busy == 0 && !u.shared {
+			if len(u.known) >= maxKnown {
+				clear(u.known)
+			}
+			after.gen = u.gen
+			u.known[path] = *after
+		}
 		u.kmu.Unlock()
 	}
 }
+
+// made is what is known of a name just made on branch i, with identity
+// lid there.
+func made(i int, lid layer.ID) *knownName { return &knownName{br: []int{i}, wh: -1, lid: lid} }
 
 // knownNow is what is known of path now (kmu held).
 func (u *FS) knownNow(path string) (knownName, bool) {
@@ -323,7 +341,7 @@ func (u *FS) lookup(ctx context.Context, path string) (*obj, int, error) {
 			return nil, k.wh, syscall.ENOENT
 		}
 		if a, err := u.b[k.br[0]].FS.Getattr(ctx, path); err == nil {
-			o := &obj{br: k.br, a: a, id: k.id}
+			o := &obj{br: k.br, a: a, id: k.id, lid: a.ID()}
 			u.shows(o)
 			o.id.apply(&o.a)
 			return o, -1, nil
@@ -338,7 +356,7 @@ func (u *FS) lookup(ctx context.Context, path string) (*obj, int, error) {
 			}
 			k := knownName{gen: gen, wh: wh}
 			if o != nil {
-				k.br, k.id = o.br, o.id
+				k.br, k.id, k.lid = o.br, o.id, o.lid
 			}
 			u.known[path] = k
 		}
@@ -409,7 +427,7 @@ func (u *FS) search(ctx context.Context, path string) (*obj, int, error) {
 			break
 		}
 		if o == nil {
-			o = &obj{a: a}
+			o = &obj{a: a, lid: a.ID()}
 		}
 		o.br = append(o.br, i)
 		if !a.IsDir() || u.opaque(ctx, i, path) {
@@ -856,7 +874,8 @@ func (u *FS) remove(ctx context.Context, i int, p string) {
 
 func (u *FS) Create(ctx context.Context, path string, flags int, mode uint32) (layer.File, layer.Attr, error) {
 	k, known, done := u.changeAt(path)
-	defer done()
+	var after *knownName
+	defer func() { done(after) }()
 	i, wh, err := u.newEntry(ctx, path, k, known)
 	if errors.Is(err, syscall.EEXIST) && flags&unix.O_EXCL == 0 {
 		f, err := u.Open(ctx, path, flags&^unix.O_CREAT)
@@ -881,6 +900,7 @@ func (u *FS) Create(ctx context.Context, path string, flags int, mode uint32) (l
 		}
 		return nil, layer.Attr{}, u.branchErr(i, path, err)
 	}
+	after = made(i, a.ID())
 	layer.TagBranch(&a, i, len(u.b))
 	return u.file(i, f, nil, path, flags), a, nil
 }
@@ -889,7 +909,8 @@ func (u *FS) Create(ctx context.Context, path string, flags int, mode uint32) (l
 // removed name stays hidden.
 func (u *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, error) {
 	k, known, done := u.changeAt(path)
-	defer done()
+	var after *knownName
+	defer func() { done(after) }()
 	i, wh, err := u.newEntry(ctx, path, k, known)
 	if err != nil {
 		return layer.Attr{}, err
@@ -905,6 +926,9 @@ func (u *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, e
 		return nil
 	})
 	u.forget(path)
+	if err == nil {
+		after = made(i, a.ID())
+	}
 	layer.TagBranch(&a, i, len(u.b))
 	return a, err
 }
@@ -919,13 +943,17 @@ func (u *FS) Symlink(ctx context.Context, target, path string) (layer.Attr, erro
 
 func (u *FS) make(ctx context.Context, path string, mk func(l layer.FS, p string) (layer.Attr, error)) (layer.Attr, error) {
 	k, known, done := u.changeAt(path)
-	defer done()
+	var after *knownName
+	defer func() { done(after) }()
 	i, wh, err := u.newEntry(ctx, path, k, known)
 	if err != nil {
 		return layer.Attr{}, err
 	}
 	var a layer.Attr
 	err = u.place(ctx, i, path, wh, func(p string) (err error) { a, err = mk(u.b[i].FS, p); return err })
+	if err == nil {
+		after = made(i, a.ID())
+	}
 	layer.TagBranch(&a, i, len(u.b))
 	return a, err
 }
