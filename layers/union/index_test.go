@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -200,4 +201,82 @@ func TestUnionIndexCollected(t *testing.T) {
 			t.Fatalf("the placeholder stays: %v", n)
 		}
 	})
+}
+
+// TestUnionFsckIndex: an index entry that the counts keep although no name
+// reaches it (here: the original has a link outside the read-only branch,
+// which the union cannot see, so its names never all end) is reported by
+// cairn fsck (exit 1) and removed by fsck --repair, which says so (exit 0);
+// an entry that a name of the original still reaches is kept; fsck refuses
+// a union that is mounted (exit 5).
+func TestUnionFsckIndex(t *testing.T) {
+	up, top := t.TempDir(), t.TempDir()
+	lo := filepath.Join(top, "branch")
+	write(t, filepath.Join(lo, "a"), "one file\n")
+	write(t, filepath.Join(lo, "k1"), "kept\n")
+	for _, l := range [][2]string{{"a", "b"}, {"k1", "k2"}} {
+		if err := os.Link(filepath.Join(lo, l[0]), filepath.Join(lo, l[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Link(filepath.Join(lo, "a"), filepath.Join(top, "outside")); err != nil {
+		t.Fatal(err)
+	}
+	m := mountUnion(t, up, lo)
+	for _, n := range []string{"a", "k1"} {
+		f, err := os.OpenFile(m.Path(n), os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString("changed\n")
+		f.Close()
+	}
+	for _, n := range []string{"a", "b", "k1"} {
+		if err := os.Remove(m.Path(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.Unmount()
+	if n := indexEntries(t, up); len(n) != 2 {
+		t.Fatalf("index: %v", n)
+	}
+	spec := filepath.Join(t.TempDir(), "spec.toml")
+	write(t, spec, `mount = "u"
+[layer.u]
+type = "union"
+over = ["up", "lo"]
+[layer.up]
+type = "local"
+path = "`+up+`"
+[layer.lo]
+type = "local"
+path = "`+lo+`"
+`)
+	p := mounttest.MountSpec(t, read(t, spec))
+	if out, code := mounttest.Run(t, "fsck", spec); code != 5 {
+		t.Fatalf("fsck of a mounted union: exit %d: %s", code, out)
+	}
+	p.Unmount()
+	out, code := mounttest.Run(t, "fsck", spec)
+	if code != 1 || !strings.Contains(out, "no name reaches") || !strings.Contains(out, "reached by none: 1") {
+		t.Fatalf("fsck: exit %d: %s", code, out)
+	}
+	if n := indexEntries(t, up); len(n) != 2 {
+		t.Fatalf("fsck without --repair changed the index: %v", n)
+	}
+	out, code = mounttest.Run(t, "fsck", "--repair", spec)
+	if code != 0 || !strings.Contains(out, ": removed") {
+		t.Fatalf("fsck --repair: exit %d: %s", code, out)
+	}
+	if n := indexEntries(t, up); len(n) != 1 {
+		t.Fatalf("index after the repair: %v", n)
+	}
+	if out, code := mounttest.Run(t, "fsck", spec); code != 0 {
+		t.Fatalf("fsck after the repair: exit %d: %s", code, out)
+	}
+	// The entry kept is k2's: looked up, k2 is the copy.
+	m = mountUnion(t, up, lo)
+	if got := read(t, m.Path("k2")); got != "kept\nchanged\n" {
+		t.Fatalf("k2 reads %q", got)
+	}
 }

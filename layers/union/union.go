@@ -74,6 +74,10 @@ type FS struct {
 	shared bool
 	// imu orders the changes of the index's counts (index.go).
 	imu sync.Mutex
+	// checking: an fsck that may change nothing lists the tree (ReadDir
+	// then leaves a crashed daemon's temporary entries alone).
+	checking bool
+	unlock   []func() // the claim's locks (Claim)
 }
 
 const (
@@ -149,7 +153,14 @@ func (u *FS) Changes() layer.Changes { return layer.ChangesPlacement }
 // overlayfs does; the kernel may keep what it learnt as long. A shared
 // union (Options.Shared) keeps nothing and is not exclusive.
 func (u *FS) Exclusive() bool { return !u.shared }
-func (u *FS) Close() error    { return nil }
+
+func (u *FS) Close() error {
+	for _, r := range u.unlock {
+		r()
+	}
+	u.unlock = nil
+	return nil
+}
 
 // FSCaps: what every branch can do, without RENAME_WHITEOUT (a whiteout
 // is the union's own, as in overlayfs).
