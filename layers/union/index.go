@@ -96,7 +96,7 @@ func (u *FS) ended(ctx context.Context, w int, id layer.ID, l uint32) {
 		if _, err := fs.Mkdir(self, indexDir, 0o700); err != nil && !errors.Is(err, syscall.EEXIST) {
 			return
 		}
-		f, _, err := fs.Create(self, idx, unix.O_WRONLY|unix.O_EXCL, 0)
+		f, _, err := fs.Create(self, idx, unix.O_WRONLY|unix.O_EXCL, 0o600)
 		if err != nil {
 			return
 		}
