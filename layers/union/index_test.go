@@ -2,14 +2,22 @@ package union_test
 
 import (
 	"bytes"
+	"context"
+	"fmt"
+	"math/rand"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"cairn/internal/mounttest"
+	"cairn/layer"
+	"cairn/layer/fanout"
+	"cairn/layers/union"
 )
 
 // indexEntries lists the index of upper branch up.
@@ -280,3 +288,129 @@ path = "`+lo+`"
 		t.Fatalf("k2 reads %q", got)
 	}
 }
+
+// TestUnionIndexModel: rounds of random writes, removals, links and
+// renames of the names of two files of several links of the read-only
+// branch, with remounts, against a model of the files (which names each
+// has, and its bytes): every name read (the one each operation used, and
+// all of them now and then; the others stay unlooked-up, as names of the
+// original left on the read-only branch) reads its file's bytes, a removed
+// name is gone, and fsck finds no index entry that no name reaches; once
+// every name is removed, the index is empty.
+func TestUnionIndexModel(t *testing.T) {
+	seed := time.Now().UnixNano()
+	if s := os.Getenv("CAIRN_FSX_SEED"); s != "" {
+		seed, _ = strconv.ParseInt(s, 10, 64)
+	}
+	t.Logf("seed %d (replay: CAIRN_FSX_SEED=%d)", seed, seed)
+	rng := rand.New(rand.NewSource(seed))
+	for round := 0; round < 20; round++ {
+		indexRound(t, rng, round)
+	}
+}
+
+func indexRound(t *testing.T, rng *rand.Rand, round int) {
+	up, lo := t.TempDir(), t.TempDir()
+	names := []string{"a", "b", "d/c", "g", "d/h", "x", "d/y"}
+	file := map[string]int{"a": 0, "b": 0, "d/c": 0, "g": 1, "d/h": 1} // name -> file
+	data := []string{"file 0\n", "file 1\n"}
+	write(t, filepath.Join(lo, "a"), data[0])
+	write(t, filepath.Join(lo, "g"), data[1])
+	os.Mkdir(filepath.Join(lo, "d"), 0o755)
+	for n, f := range file {
+		if n != "a" && n != "g" {
+			if err := os.Link(filepath.Join(lo, []string{"a", "g"}[f]), filepath.Join(lo, n)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	mount := func() (*union.FS, *mounttest.Mounted) {
+		u, err := union.New([]fanout.Branch{{FS: localFS(t, up), Mode: fanout.RW}, {FS: localFS(t, lo), Mode: fanout.RO}}, union.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u, mounttest.Mount(t, u)
+	}
+	u, m := mount()
+	defer func() { m.Unmount() }()
+	check := func(step int, some ...string) {
+		t.Helper()
+		if some == nil {
+			some = names
+		}
+		for _, n := range some {
+			b, err := os.ReadFile(m.Path(n))
+			f, ok := file[n]
+			switch {
+			case !ok && !os.IsNotExist(err):
+				t.Fatalf("round %d step %d: %s exists (%v)", round, step, n, err)
+			case ok && err != nil:
+				t.Fatalf("round %d step %d: %s: %v", round, step, n, err)
+			case ok && string(b) != data[f]:
+				t.Fatalf("round %d step %d: %s reads %q, its file has %q", round, step, n, b, data[f])
+			}
+		}
+	}
+	for step := 0; step < 40; step++ {
+		n, n2 := names[rng.Intn(len(names))], names[rng.Intn(len(names))]
+		f, ok := file[n]
+		switch op := rng.Intn(20); {
+		case op < 6: // write
+			if !ok {
+				continue
+			}
+			s := fmt.Sprintf("round %d step %d\n", round, step)
+			w, err := os.OpenFile(m.Path(n), os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatalf("round %d step %d: open %s: %v", round, step, n, err)
+			}
+			w.WriteString(s)
+			w.Close()
+			data[f] += s
+		case op < 12: // unlink
+			err := os.Remove(m.Path(n))
+			if ok != (err == nil) {
+				t.Fatalf("round %d step %d: unlink %s: %v", round, step, n, err)
+			}
+			delete(file, n)
+		case op < 15: // link
+			_, exists := file[n2]
+			err := os.Link(m.Path(n), m.Path(n2))
+			if (ok && !exists) != (err == nil) {
+				t.Fatalf("round %d step %d: link %s %s: %v", round, step, n, n2, err)
+			}
+			if err == nil {
+				file[n2] = f
+			}
+		case op < 18: // rename
+			err := os.Rename(m.Path(n), m.Path(n2))
+			if ok != (err == nil) {
+				t.Fatalf("round %d step %d: rename %s %s: %v", round, step, n, n2, err)
+			}
+			if ok && n != n2 && !(file[n2] == f && hasName(file, n2)) {
+				delete(file, n)
+				file[n2] = f
+			}
+		default: // remount
+			m.Unmount()
+			u, m = mount()
+		}
+		check(step, n)
+	}
+	check(-1)
+	var reports []string
+	sum, err := u.Fsck(context.Background(), layer.CheckOnly, func(int, int, string) {}, func(r layer.FileReport) { reports = append(reports, r.Text) })
+	if err != nil || sum.Bad != 0 {
+		t.Fatalf("round %d: fsck: %s: %v (%v)", round, sum.Line, reports, err)
+	}
+	for n := range file {
+		if err := os.Remove(m.Path(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if idx := indexEntries(t, up); len(idx) != 0 {
+		t.Fatalf("round %d: index after every name is removed: %v", round, idx)
+	}
+}
+
+func hasName(file map[string]int, n string) bool { _, ok := file[n]; return ok }
