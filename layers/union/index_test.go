@@ -414,3 +414,52 @@ func indexRound(t *testing.T, rng *rand.Rand, round int) {
 }
 
 func hasName(file map[string]int, n string) bool { _, ok := file[n]; return ok }
+
+// TestUnionHardLinkCount: the link count of a copy in the index is the
+// union's, as overlayfs's: the copy's names and the original's names not
+// yet linked to it. With the copy's names only, a name the kernel had
+// looked up before the copy-up (d/c), removed later, took the kernel's
+// count of the inode to 0, and the kernel then refused to link the file's
+// other name (b) with ENOENT, before asking the mount.
+func TestUnionHardLinkCount(t *testing.T) {
+	up, lo := t.TempDir(), t.TempDir()
+	write(t, filepath.Join(lo, "a"), "one\n")
+	os.Mkdir(filepath.Join(lo, "d"), 0o755)
+	for _, n := range []string{"b", "d/c"} {
+		if err := os.Link(filepath.Join(lo, "a"), filepath.Join(lo, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := mountUnion(t, up, lo)
+	if got := read(t, m.Path("d", "c")); got != "one\n" {
+		t.Fatalf("d/c reads %q", got)
+	}
+	f, err := os.OpenFile(m.Path("b"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("two\n")
+	var fst unix.Stat_t
+	err = unix.Fstat(int(f.Fd()), &fst)
+	f.Close()
+	if err != nil || fst.Nlink != 3 {
+		t.Fatalf("fstat of the copy: nlink %d (%v), want 3", fst.Nlink, err)
+	}
+	if _, nlink := statIno(t, m.Path("b")); nlink != 3 {
+		t.Fatalf("b after the copy-up: nlink %d, want 3 (b, and a and d/c not yet linked)", nlink)
+	}
+	if err := os.Remove(m.Path("d", "c")); err != nil {
+		t.Fatal(err)
+	}
+	if _, nlink := statIno(t, m.Path("b")); nlink != 2 {
+		t.Fatalf("b after d/c is removed: nlink %d, want 2", nlink)
+	}
+	if err := os.Link(m.Path("b"), m.Path("x")); err != nil {
+		t.Fatal(err)
+	}
+	ib, nb := statIno(t, m.Path("b"))
+	ia, na := statIno(t, m.Path("a"))
+	if ib != ia || nb != 3 || na != 3 || read(t, m.Path("x")) != "one\ntwo\n" || read(t, m.Path("a")) != "one\ntwo\n" {
+		t.Fatalf("b: ino %d nlink %d; a: ino %d nlink %d", ib, nb, ia, na)
+	}
+}

@@ -183,11 +183,16 @@ type obj struct {
 	lid layer.ID // the object's identity on its first branch (not shown)
 }
 
-// shown is the identity a copy shows: its original's; indexed, its link
-// count is one less than the copy's (the index's link).
+// shown is the identity a copy shows: its original's. Indexed, its link
+// count is the union's, as overlayfs counts it: the copy's names (its
+// links but the index's) and the names of the original not yet linked to
+// it (left: L - C, index.go); an entry made before the counting shows the
+// copy's names only.
 type shown struct {
 	id      layer.ID
 	indexed bool
+	counted bool
+	left    uint32
 }
 
 func (s *shown) apply(a *layer.Attr) {
@@ -195,8 +200,14 @@ func (s *shown) apply(a *layer.Attr) {
 		return
 	}
 	setID(a, s.id)
-	if s.indexed && a.Nlink > 1 {
-		a.Nlink--
+	if s.indexed && a.Nlink > 0 {
+		a.Nlink = a.Nlink - 1
+		if s.counted {
+			a.Nlink += s.left
+		}
+		if a.Nlink == 0 && !s.counted {
+			a.Nlink = 1
+		}
 	}
 }
 
@@ -516,8 +527,15 @@ func (u *FS) origin(ctx context.Context, i int, path string, a *layer.Attr) *sho
 		return nil
 	}
 	be := binary.BigEndian
-	return &shown{id: layer.ID{Dev: be.Uint64(v), Branch: be.Uint64(v[8:]), Ino: be.Uint64(v[16:]), Gen: be.Uint64(v[24:])},
+	s := &shown{id: layer.ID{Dev: be.Uint64(v), Branch: be.Uint64(v[8:]), Ino: be.Uint64(v[16:]), Gen: be.Uint64(v[24:])},
 		indexed: len(v) > 32 && v[32] == idxCopy}
+	if s.indexed && len(v) >= 41 {
+		if l, c := be.Uint32(v[33:]), be.Uint32(v[37:]); l > c {
+			s.left = l - c
+		}
+		s.counted = true
+	}
+	return s
 }
 
 func setID(a *layer.Attr, id layer.ID) {
@@ -694,9 +712,30 @@ func (u *FS) file(i int, f layer.File, id *shown, path string, flags int) layer.
 func (u *FS) branchFile(i int, f layer.File, id *shown) *fanout.File {
 	bf := &fanout.File{BaseFile: layer.BaseFile{Lower: f}, I: i, N: len(u.b)}
 	if id != nil {
-		bf.Show = id.apply
+		bf.Show = u.showOpen(i, id)
 	}
 	return bf
+}
+
+// showOpen is how an open file of branch i shows id: an indexed copy's
+// link count follows the index's counts, read again each time (other names
+// come to the copy while it is open), from the entry of the index, whose
+// name does not change.
+func (u *FS) showOpen(i int, id *shown) func(*layer.Attr) {
+	if !id.indexed {
+		return id.apply
+	}
+	idx := indexName(id.id)
+	return func(a *layer.Attr) {
+		s := *id
+		if k, err := u.indexCounts(context.Background(), i, idx); err == nil && k.ok {
+			s.counted, s.left = true, 0
+			if k.l > k.c {
+				s.left = k.l - k.c
+			}
+		}
+		s.apply(a)
+	}
 }
 
 func writes(flags int) bool {
