@@ -22,7 +22,7 @@ const exitDropped = 6
 
 func init() {
 	register(&command{name: "fsck", args: "[--repair [--force]] [-q] SPEC",
-		summary: "check (and repair) the files of a stack's size-changing layers",
+		summary: "check (and repair) the files of a stack's size-changing layers, and a union's index",
 		run:     func(a []string) int { return runFsck(a, os.Stdout, os.Stderr) }})
 }
 
@@ -53,6 +53,11 @@ layer's lower directory (fsck skips that directory), then damaged chunks,
 and in a file with lost records every chunk written before the first lost
 one (a lost truncation must not bring removed bytes back), become zeros; it
 prints each chunk dropped and the bytes lost.
+
+Of a union it checks the index of hard-linked copies (.cairn-union-index on
+each RW branch): an entry that no name reaches any more (neither a name of
+the copy nor a name of the original the union still shows) is reported, and
+removed with --repair, which frees the copy's blocks.
 
 Exit codes:
   0  every file is consistent (after --repair: repaired without losing data)

@@ -37,10 +37,15 @@ func (u *FS) copyUp(ctx context.Context, path string, o *obj) (int, error) {
 		return -1, err
 	}
 	indexed := a.IsRegular() && a.Nlink > 1
+	idx, k := indexName(o.a.ID()), counts{kind: idxCopy, l: a.Nlink}
 	if indexed {
 		// Another name of the file may have been copied up meanwhile.
 		if linked, err := u.linkUp(ctx, path, o); err != nil || linked {
 			return i, err
+		}
+		// Names hidden before: the placeholder's count goes on.
+		if pk, err := u.indexCounts(ctx, i, idx); err == nil && pk.kind == idxPlaceholder && pk.ok {
+			k.l, k.c = pk.l, pk.c
 		}
 	}
 	tmp := u.tmpName(path)
@@ -62,19 +67,16 @@ func (u *FS) copyUp(ctx context.Context, path string, o *obj) (int, error) {
 		// The copy keeps the original's identity (see origin).
 		v := encodeID(o.a.ID())
 		if indexed {
-			v = append(v, 1)
+			v = countsValue(o.a.ID(), k) // this name counted once it is the copy's
 		}
 		err = u.meta[i].Set(self, tmp, "origin", v)
 		if errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.EPERM) && a.IsSymlink() {
 			err = nil // no side data here: the copy has an identity of its own
 		}
 	}
+	inIndex := false
 	if err == nil && indexed {
-		if _, merr := dst.Mkdir(self, indexDir, 0o700); merr != nil && !errors.Is(merr, syscall.EEXIST) {
-			err = merr
-		} else if _, lerr := dst.Link(self, tmp, indexName(o.a.ID())); lerr != nil && !errors.Is(lerr, syscall.EEXIST) {
-			err = lerr
-		}
+		inIndex, err = u.index(ctx, i, tmp, idx)
 	}
 	if err == nil {
 		u.markImpure(ctx, i, dir)
@@ -85,7 +87,40 @@ func (u *FS) copyUp(ctx context.Context, path string, o *obj) (int, error) {
 		u.log.Error("union: copy-up failed", "path", path, "from branch", t+1, "to branch", i+1, "err", err)
 		return -1, err
 	}
+	if inIndex {
+		u.ended(ctx, i, o.a.ID(), 0) // the copied name is the copy's now
+	}
 	return i, nil
+}
+
+// index links the copy tmp of branch i at idx in the index, in place of a
+// placeholder if there is one; false if another copy is there (made
+// meanwhile through another name).
+func (u *FS) index(ctx context.Context, i int, tmp, idx string) (bool, error) {
+	self := layer.AsSelf(ctx)
+	dst := u.b[i].FS
+	if _, err := dst.Mkdir(self, indexDir, 0o700); err != nil && !errors.Is(err, syscall.EEXIST) {
+		return false, err
+	}
+	u.imu.Lock()
+	defer u.imu.Unlock()
+	_, err := dst.Link(self, tmp, idx)
+	if !errors.Is(err, syscall.EEXIST) {
+		return err == nil, err
+	}
+	if k, _ := u.indexCounts(ctx, i, idx); k.kind == idxCopy {
+		return false, nil
+	}
+	// A placeholder (or one a crash left without its count): replaced.
+	itmp := layer.Join(indexDir, lastName(u.tmpName(tmp)))
+	if _, err := dst.Link(self, tmp, itmp); err != nil {
+		return false, err
+	}
+	if err := dst.Rename(self, itmp, idx, 0); err != nil {
+		dst.Unlink(self, itmp)
+		return false, err
+	}
+	return true, nil
 }
 
 // copyData copies a regular file's bytes to a new file tmp, keeping holes.

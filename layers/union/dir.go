@@ -46,7 +46,7 @@ func (u *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirEn
 		}
 		for _, e := range ents {
 			if isTmp(e.Name) {
-				if u.writable(i) && !strings.HasPrefix(e.Name, u.ownTmp) {
+				if u.writable(i) && !u.checking && !strings.HasPrefix(e.Name, u.ownTmp) {
 					// Left by a daemon that crashed in a copy-up.
 					u.remove(ctx, i, layer.Join(path, e.Name))
 				}

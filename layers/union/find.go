@@ -25,21 +25,42 @@ func (u *FS) CanFind() bool {
 
 // Handle is the branch's index, the object's identity on it, and the
 // branch's handle.
+// What is known of the name, if it shows id, is enough (the kernel asks
+// for the handle of every name it is given, and most were just looked up
+// or made): the branch is not asked.
 func (u *FS) Handle(ctx context.Context, path string, id layer.ID) ([]byte, error) {
-	o, err := u.resolve(ctx, path)
+	i, lid, ok := u.knownID(path, id)
+	if !ok {
+		o, err := u.resolve(ctx, path)
+		if err != nil {
+			return nil, err
+		}
+		i, lid = o.top(), o.lid
+	}
+	h, err := layer.Handle(ctx, u.b[i].FS, path, lid)
 	if err != nil {
 		return nil, err
 	}
-	i := o.top()
-	a, err := u.b[i].FS.Getattr(layer.AsSelf(ctx), path)
-	if err != nil {
-		return nil, err
+	return append(append([]byte{byte(i)}, encodeID(lid)...), h...), nil
+}
+
+// knownID is the branch and the identity there of path, if what is known
+// of it shows id.
+func (u *FS) knownID(path string, id layer.ID) (int, layer.ID, bool) {
+	u.kmu.Lock()
+	k, ok := u.knownNow(path)
+	u.kmu.Unlock()
+	if !ok || k.br == nil {
+		return -1, layer.ID{}, false
 	}
-	h, err := layer.Handle(ctx, u.b[i].FS, path, a.ID())
-	if err != nil {
-		return nil, err
+	a := layer.Attr{}
+	setID(&a, k.lid)
+	if k.id != nil {
+		setID(&a, k.id.id)
+	} else {
+		layer.TagBranch(&a, k.br[0], len(u.b))
 	}
-	return append(append([]byte{byte(i)}, encodeID(a.ID())...), h...), nil
+	return k.br[0], k.lid, a.ID() == id
 }
 
 // Find asks the branch, and checks that the union shows the object there.

@@ -154,7 +154,9 @@ func (u *FS) moveTarget(ctx context.Context, path string, i int) (int, error) {
 func (m *movable) tag(a *layer.Attr) {
 	_, i, id := m.cur()
 	layer.TagBranch(a, i, len(m.u.b))
-	id.apply(a)
+	if id != nil {
+		m.u.showOpen(i, id)(a)
+	}
 }
 
 func (m *movable) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {

@@ -72,6 +72,12 @@ type FS struct {
 	known map[string]knownName
 	// shared: keep no resolution (Options.Shared).
 	shared bool
+	// imu orders the changes of the index's counts (index.go).
+	imu sync.Mutex
+	// checking: an fsck that may change nothing lists the tree (ReadDir
+	// then leaves a crashed daemon's temporary entries alone).
+	checking bool
+	unlock   []func() // the claim's locks (Claim)
 }
 
 const (
@@ -147,7 +153,14 @@ func (u *FS) Changes() layer.Changes { return layer.ChangesPlacement }
 // overlayfs does; the kernel may keep what it learnt as long. A shared
 // union (Options.Shared) keeps nothing and is not exclusive.
 func (u *FS) Exclusive() bool { return !u.shared }
-func (u *FS) Close() error    { return nil }
+
+func (u *FS) Close() error {
+	for _, r := range u.unlock {
+		r()
+	}
+	u.unlock = nil
+	return nil
+}
 
 // FSCaps: what every branch can do, without RENAME_WHITEOUT (a whiteout
 // is the union's own, as in overlayfs).
@@ -164,16 +177,22 @@ func (u *FS) FSCaps() layer.FSCaps {
 // obj is a resolved path: the branches it is on, first first (one for
 // anything but a directory), and the first one's attributes.
 type obj struct {
-	br []int
-	a  layer.Attr
-	id *shown // a copy's recorded origin, shown as its identity
+	br  []int
+	a   layer.Attr
+	id  *shown   // a copy's recorded origin, shown as its identity
+	lid layer.ID // the object's identity on its first branch (not shown)
 }
 
-// shown is the identity a copy shows: its original's; indexed, its link
-// count is one less than the copy's (the index's link).
+// shown is the identity a copy shows: its original's. Indexed, its link
+// count is the union's, as overlayfs counts it: the copy's names (its
+// links but the index's) and the names of the original not yet linked to
+// it (left: L - C, index.go); an entry made before the counting shows the
+// copy's names only.
 type shown struct {
 	id      layer.ID
 	indexed bool
+	counted bool
+	left    uint32
 }
 
 func (s *shown) apply(a *layer.Attr) {
@@ -181,8 +200,14 @@ func (s *shown) apply(a *layer.Attr) {
 		return
 	}
 	setID(a, s.id)
-	if s.indexed && a.Nlink > 1 {
-		a.Nlink--
+	if s.indexed && a.Nlink > 0 {
+		a.Nlink = a.Nlink - 1
+		if s.counted {
+			a.Nlink += s.left
+		}
+		if a.Nlink == 0 && !s.counted {
+			a.Nlink = 1
+		}
 	}
 }
 
@@ -254,6 +279,7 @@ type knownName struct {
 	br  []int
 	wh  int
 	id  *shown
+	lid layer.ID // the identity on br[0] (obj.lid)
 }
 
 // Resolutions are cached until the union changes anything: every
@@ -283,19 +309,35 @@ func (u *FS) change() func() {
 }
 
 // changeAt is change, with what was known of path just before it began.
-func (u *FS) changeAt(path string) (knownName, bool, func()) {
+// The function that ends it is given what path is after the change (nil:
+// not known), which is kept if no other change ran meanwhile: a create
+// knows where it put the name, so the lookups and the file handle the
+// kernel asks of a name it made need not search for it.
+func (u *FS) changeAt(path string) (knownName, bool, func(after *knownName)) {
 	u.kmu.Lock()
 	k, ok := u.knownNow(path)
 	u.busy++
 	u.gen++
+	g := u.gen
 	u.kmu.Unlock()
-	return k, ok, func() {
+	return k, ok, func(after *knownName) {
 		u.kmu.Lock()
 		u.busy--
 		u.gen++
+		if after != nil && u.gen == g+1 && u.busy == 0 && !u.shared {
+			if len(u.known) >= maxKnown {
+				clear(u.known)
+			}
+			after.gen = u.gen
+			u.known[path] = *after
+		}
 		u.kmu.Unlock()
 	}
 }
+
+// made is what is known of a name just made on branch i, with identity
+// lid there.
+func made(i int, lid layer.ID) *knownName { return &knownName{br: []int{i}, wh: -1, lid: lid} }
 
 // knownNow is what is known of path now (kmu held).
 func (u *FS) knownNow(path string) (knownName, bool) {
@@ -321,7 +363,7 @@ func (u *FS) lookup(ctx context.Context, path string) (*obj, int, error) {
 			return nil, k.wh, syscall.ENOENT
 		}
 		if a, err := u.b[k.br[0]].FS.Getattr(ctx, path); err == nil {
-			o := &obj{br: k.br, a: a, id: k.id}
+			o := &obj{br: k.br, a: a, id: k.id, lid: a.ID()}
 			u.shows(o)
 			o.id.apply(&o.a)
 			return o, -1, nil
@@ -336,7 +378,7 @@ func (u *FS) lookup(ctx context.Context, path string) (*obj, int, error) {
 			}
 			k := knownName{gen: gen, wh: wh}
 			if o != nil {
-				k.br, k.id = o.br, o.id
+				k.br, k.id, k.lid = o.br, o.id, o.lid
 			}
 			u.known[path] = k
 		}
@@ -407,7 +449,7 @@ func (u *FS) search(ctx context.Context, path string) (*obj, int, error) {
 			break
 		}
 		if o == nil {
-			o = &obj{a: a}
+			o = &obj{a: a, lid: a.ID()}
 		}
 		o.br = append(o.br, i)
 		if !a.IsDir() || u.opaque(ctx, i, path) {
@@ -444,8 +486,8 @@ func (u *FS) linkUp(ctx context.Context, path string, o *obj) (bool, error) {
 	}
 	self := layer.AsSelf(ctx)
 	idx := indexName(o.a.ID())
-	if _, err := u.b[w].FS.Getattr(self, idx); err != nil {
-		return false, nil
+	if k, err := u.indexCounts(ctx, w, idx); err != nil || k.kind != idxCopy {
+		return false, nil // no copy (none, or a placeholder)
 	}
 	defer u.change()()
 	dir, _ := layer.Split(path)
@@ -453,17 +495,21 @@ func (u *FS) linkUp(ctx context.Context, path string, o *obj) (bool, error) {
 		return false, err
 	}
 	u.markImpure(ctx, w, dir)
-	if _, err := u.b[w].FS.Link(self, idx, path); err != nil && !errors.Is(err, syscall.EEXIST) {
+	if _, err := u.b[w].FS.Link(self, idx, path); err != nil {
+		if errors.Is(err, syscall.EEXIST) {
+			return true, nil // linked meanwhile, and counted
+		}
 		return false, err
 	}
+	u.ended(ctx, w, o.a.ID(), 0)
 	return true, nil
 }
 
 // A copied-up file keeps the identity (inode number) of the file it was
 // copied from, as overlayfs's copies do: the copy records it as side data
-// ("origin": the ID the union gave the original, 32 bytes, and a 33rd, 1,
-// when the copy is in the index: a file of several links, whose other
-// names come to the copy when they are looked up).
+// ("origin": the ID the union gave the original, 32 bytes, and for a copy
+// in the index (a file of several links, whose other names come to the
+// copy when they are looked up) its kind and counts: see index.go).
 
 func encodeID(id layer.ID) []byte {
 	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(
@@ -481,8 +527,15 @@ func (u *FS) origin(ctx context.Context, i int, path string, a *layer.Attr) *sho
 		return nil
 	}
 	be := binary.BigEndian
-	return &shown{id: layer.ID{Dev: be.Uint64(v), Branch: be.Uint64(v[8:]), Ino: be.Uint64(v[16:]), Gen: be.Uint64(v[24:])},
-		indexed: len(v) > 32 && v[32] == 1}
+	s := &shown{id: layer.ID{Dev: be.Uint64(v), Branch: be.Uint64(v[8:]), Ino: be.Uint64(v[16:]), Gen: be.Uint64(v[24:])},
+		indexed: len(v) > 32 && v[32] == idxCopy}
+	if s.indexed && len(v) >= 41 {
+		if l, c := be.Uint32(v[33:]), be.Uint32(v[37:]); l > c {
+			s.left = l - c
+		}
+		s.counted = true
+	}
+	return s
 }
 
 func setID(a *layer.Attr, id layer.ID) {
@@ -659,9 +712,30 @@ func (u *FS) file(i int, f layer.File, id *shown, path string, flags int) layer.
 func (u *FS) branchFile(i int, f layer.File, id *shown) *fanout.File {
 	bf := &fanout.File{BaseFile: layer.BaseFile{Lower: f}, I: i, N: len(u.b)}
 	if id != nil {
-		bf.Show = id.apply
+		bf.Show = u.showOpen(i, id)
 	}
 	return bf
+}
+
+// showOpen is how an open file of branch i shows id: an indexed copy's
+// link count follows the index's counts, read again each time (other names
+// come to the copy while it is open), from the entry of the index, whose
+// name does not change.
+func (u *FS) showOpen(i int, id *shown) func(*layer.Attr) {
+	if !id.indexed {
+		return id.apply
+	}
+	idx := indexName(id.id)
+	return func(a *layer.Attr) {
+		s := *id
+		if k, err := u.indexCounts(context.Background(), i, idx); err == nil && k.ok {
+			s.counted, s.left = true, 0
+			if k.l > k.c {
+				s.left = k.l - k.c
+			}
+		}
+		s.apply(a)
+	}
 }
 
 func writes(flags int) bool {
@@ -850,7 +924,8 @@ func (u *FS) remove(ctx context.Context, i int, p string) {
 
 func (u *FS) Create(ctx context.Context, path string, flags int, mode uint32) (layer.File, layer.Attr, error) {
 	k, known, done := u.changeAt(path)
-	defer done()
+	var after *knownName
+	defer func() { done(after) }()
 	i, wh, err := u.newEntry(ctx, path, k, known)
 	if errors.Is(err, syscall.EEXIST) && flags&unix.O_EXCL == 0 {
 		f, err := u.Open(ctx, path, flags&^unix.O_CREAT)
@@ -875,6 +950,7 @@ func (u *FS) Create(ctx context.Context, path string, flags int, mode uint32) (l
 		}
 		return nil, layer.Attr{}, u.branchErr(i, path, err)
 	}
+	after = made(i, a.ID())
 	layer.TagBranch(&a, i, len(u.b))
 	return u.file(i, f, nil, path, flags), a, nil
 }
@@ -883,7 +959,8 @@ func (u *FS) Create(ctx context.Context, path string, flags int, mode uint32) (l
 // removed name stays hidden.
 func (u *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, error) {
 	k, known, done := u.changeAt(path)
-	defer done()
+	var after *knownName
+	defer func() { done(after) }()
 	i, wh, err := u.newEntry(ctx, path, k, known)
 	if err != nil {
 		return layer.Attr{}, err
@@ -899,6 +976,9 @@ func (u *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, e
 		return nil
 	})
 	u.forget(path)
+	if err == nil {
+		after = made(i, a.ID())
+	}
 	layer.TagBranch(&a, i, len(u.b))
 	return a, err
 }
@@ -913,13 +993,17 @@ func (u *FS) Symlink(ctx context.Context, target, path string) (layer.Attr, erro
 
 func (u *FS) make(ctx context.Context, path string, mk func(l layer.FS, p string) (layer.Attr, error)) (layer.Attr, error) {
 	k, known, done := u.changeAt(path)
-	defer done()
+	var after *knownName
+	defer func() { done(after) }()
 	i, wh, err := u.newEntry(ctx, path, k, known)
 	if err != nil {
 		return layer.Attr{}, err
 	}
 	var a layer.Attr
 	err = u.place(ctx, i, path, wh, func(p string) (err error) { a, err = mk(u.b[i].FS, p); return err })
+	if err == nil {
+		after = made(i, a.ID())
+	}
 	layer.TagBranch(&a, i, len(u.b))
 	return a, err
 }
@@ -1077,8 +1161,15 @@ func (u *FS) removeName(ctx context.Context, path string, o *obj, dir bool) erro
 		if err := u.ensureDir(ctx, w, pdir); err != nil {
 			return err
 		}
-		_, err := u.b[w].FS.Mknod(self, path, unix.S_IFCHR, 0)
-		return err
+		if _, err := u.b[w].FS.Mknod(self, path, unix.S_IFCHR, 0); err != nil {
+			return err
+		}
+		if o.a.IsRegular() && o.a.Nlink > 1 {
+			// A name of a file of several links ends: the index counts it.
+			u.ended(ctx, w, o.a.ID(), o.a.Nlink)
+			u.collect(ctx, w, o.a.ID())
+		}
+		return nil
 	}
 	l := u.b[t].FS
 	if dir {
@@ -1090,7 +1181,11 @@ func (u *FS) removeName(ctx context.Context, path string, o *obj, dir bool) erro
 		if dir {
 			return l.Rmdir(ctx, path)
 		}
-		return l.Unlink(ctx, path)
+		if err := l.Unlink(ctx, path); err != nil {
+			return err
+		}
+		u.collectShown(ctx, t, o.id)
+		return nil
 	}
 	tmp := u.tmpName(path)
 	if _, err := l.Mknod(self, tmp, unix.S_IFCHR, 0); err != nil {
@@ -1101,6 +1196,7 @@ func (u *FS) removeName(ctx context.Context, path string, o *obj, dir bool) erro
 			l.Unlink(self, tmp)
 			return err
 		}
+		u.collectShown(ctx, t, o.id)
 		return nil
 	}
 	if err := l.Rename(self, tmp, path, unix.RENAME_EXCHANGE); err != nil {
@@ -1131,17 +1227,20 @@ func (u *FS) removeBelow(ctx context.Context, path string, o *obj, dir bool) err
 			return nil
 		}
 		l := u.b[j].FS
+		var id *shown
 		if dir {
 			if err := u.clearDir(ctx, j, path); err != nil {
 				return nil
 			}
 			err = l.Rmdir(ctx, path)
 		} else {
+			id = u.origin(ctx, j, path, &a)
 			err = l.Unlink(ctx, path)
 		}
 		if err != nil {
 			return u.branchErr(j, path, err)
 		}
+		u.collectShown(ctx, j, id)
 	}
 	return nil
 }
@@ -1219,6 +1318,7 @@ func (u *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32) 
 		return err
 	}
 	dst, err := u.resolve(ctx, newpath)
+	var replaced *shown // the copy whose name the rename replaces
 	switch {
 	case err == nil:
 		if flags&unix.RENAME_NOREPLACE != 0 {
@@ -1252,6 +1352,8 @@ func (u *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32) 
 			if err := u.clearDir(ctx, i, newpath); err != nil {
 				return err
 			}
+		} else {
+			replaced = dst.id
 		}
 	case errors.Is(err, syscall.ENOENT):
 	default:
@@ -1298,6 +1400,9 @@ func (u *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32) 
 	}
 	u.forget(oldpath)
 	u.forget(newpath)
+	if err == nil && replaced != nil {
+		u.collectShown(ctx, i, replaced) // a copy's name was replaced
+	}
 	return err
 }
 
