@@ -445,7 +445,7 @@ func (fs *FS) Open(ctx context.Context, p string, flags int) (layer.File, error)
 	if err != nil {
 		return nil, err
 	}
-	return fs.wrap(ctx, f, flags), nil
+	return fs.wrap(ctx, f, flags, c, p), nil
 }
 
 func (fs *FS) Create(ctx context.Context, p string, flags int, mode uint32) (layer.File, layer.Attr, error) {
@@ -482,7 +482,7 @@ func (fs *FS) Create(ctx context.Context, p string, flags int, mode uint32) (lay
 		return nil, a, err
 	}
 	if c == nil {
-		return fs.wrap(ctx, f, flags), a, nil
+		return fs.wrap(ctx, f, flags, nil, p), a, nil
 	}
 	// The record before the application can write a byte: a crash in
 	// between leaves an empty unguarded file.
@@ -491,7 +491,7 @@ func (fs *FS) Create(ctx context.Context, p string, flags int, mode uint32) (lay
 		fs.Lower.Unlink(layer.AsSelf(ctx), p)
 		return nil, layer.Attr{}, fmt.Errorf("chains: recording the chain of /%s: %w", p, err)
 	}
-	return fs.wrap(ctx, f, flags), a, nil
+	return fs.wrap(ctx, f, flags, c, p), a, nil
 }
 
 func (fs *FS) Setattr(ctx context.Context, p string, in *layer.SetAttr) (layer.Attr, error) {
@@ -636,7 +636,11 @@ func (fs *FS) Setxattr(ctx context.Context, p, name string, value []byte, flags 
 	if name == LinkXattr {
 		l, err := parseLink(string(value))
 		if err != nil {
-			fs.log.Warn("chains: refused link", "path", p, "value", string(value), "err", err)
+			fs.log.Warn("chains: refused link", "path", p, "value", string(value[:min(len(value), 256)]), "err", err)
+			var long *errTargetTooLong
+			if errors.As(err, &long) {
+				return syscall.ENAMETOOLONG
+			}
 			return syscall.EINVAL
 		}
 		return fs.setLink(ctx, p, l)
@@ -722,11 +726,14 @@ type file struct {
 	layer.BaseFile
 	fs   *FS
 	id   layer.ID
+	c    *chain // nil: unguarded
+	path string
 	once sync.Once
 }
 
-// wrap counts f if it is open for writing.
-func (fs *FS) wrap(ctx context.Context, f layer.File, flags int) layer.File {
+// wrap counts f, a file of the chain c (nil: unguarded) at p, if it is
+// open for writing.
+func (fs *FS) wrap(ctx context.Context, f layer.File, flags int, c *chain, p string) layer.File {
 	if flags&unix.O_ACCMODE == unix.O_RDONLY {
 		return f
 	}
@@ -738,11 +745,19 @@ func (fs *FS) wrap(ctx context.Context, f layer.File, flags int) layer.File {
 	fs.mu.Lock()
 	fs.writers[id]++
 	fs.mu.Unlock()
-	return &file{BaseFile: layer.BaseFile{Lower: f}, fs: fs, id: id}
+	return &file{BaseFile: layer.BaseFile{Lower: f}, fs: fs, id: id, c: c, path: p}
 }
 
+// Release of a file open for writing under a chain of several links
+// settles the links below the top one: the top link's release writes its
+// header into the link below, which would otherwise keep it in memory
+// until it lets go of the file (the next close, a read's; an unmount) and
+// move the file's mtime then.
 func (f *file) Release(ctx context.Context) error {
 	err := f.BaseFile.Release(ctx)
+	if err == nil && f.c != nil && len(f.c.ts) > 1 {
+		err = f.c.settle(ctx, f.path)
+	}
 	f.once.Do(func() {
 		f.fs.mu.Lock()
 		if f.fs.writers[f.id]--; f.fs.writers[f.id] <= 0 {

@@ -62,6 +62,9 @@ func parseLink(s string) (*link, error) {
 	if strings.HasPrefix(l.target, "/") || strings.ContainsRune(l.target, 0) {
 		return nil, fmt.Errorf("link target %q: want a path relative to the link's directory", l.target)
 	}
+	if err := checkTargetLength(l.target); err != nil {
+		return nil, err
+	}
 	for _, v := range strings.Split(s[i+1:], ",") {
 		v = strings.TrimSpace(v)
 		switch v {
@@ -79,6 +82,25 @@ func parseLink(s string) (*link, error) {
 		return nil, fmt.Errorf("a link of %d views (at most %d)", len(l.views), maxLinks)
 	}
 	return l, nil
+}
+
+// errTargetTooLong is a link target longer than a path (PATH_MAX) or with
+// a name longer than a name (NAME_MAX): ENAMETOOLONG, as open(2) of it
+// would say, rather than what the lower's xattr size limit would give.
+type errTargetTooLong struct{ msg string }
+
+func (e *errTargetTooLong) Error() string { return e.msg }
+
+func checkTargetLength(t string) error {
+	if len(t) >= unix.PathMax {
+		return &errTargetTooLong{fmt.Sprintf("link target of %d bytes (a path has at most %d)", len(t), unix.PathMax-1)}
+	}
+	for _, c := range strings.Split(t, "/") {
+		if len(c) > unix.NAME_MAX {
+			return &errTargetTooLong{fmt.Sprintf("link target with a name of %d bytes (at most %d)", len(c), unix.NAME_MAX)}
+		}
+	}
+	return nil
 }
 
 // resolve is the target's path in the layer, for a link at p.

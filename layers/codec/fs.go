@@ -205,7 +205,12 @@ func (fs *Engine) acquire(ctx context.Context, path string, lf layer.File, ro bo
 	}
 	if err == nil && st.hdrStale && !st.ro && st.logEnd != 0 {
 		// After a crash: record what was replayed, so that stat is cheap.
-		err = st.sync(ctx, false, false)
+		// Only a saving: a lower that takes no writes (a full disk, which
+		// may be why the header is stale) does not keep the file from
+		// being read.
+		if serr := st.sync(ctx, false, false); serr != nil {
+			fs.log().Warn("codec: cannot record the replayed log", "path", path, "err", serr)
+		}
 	}
 	if err != nil {
 		st.chunks = nil
@@ -412,7 +417,12 @@ func (fs *Engine) Stat(ctx context.Context, path string, a *layer.Attr) error {
 	st.mu.Lock()
 	a.Size = uint64(st.size)
 	st.mu.Unlock()
-	return fs.put(ctx, st)
+	if err := fs.put(ctx, st); err != nil {
+		// The size is known; what put could not write (a full disk) is
+		// not stat's business.
+		fs.log().Warn("codec: cannot write out the file's state", "path", path, "err", err)
+	}
+	return nil
 }
 
 // Truncate sets the logical size of path's file.
@@ -436,8 +446,12 @@ const setTimes = layer.SetAtime | layer.SetMtime | layer.SetAtimeNow | layer.Set
 
 // Settle writes out what an open file at path has pending, so that a
 // change of its times or capability is not undone by a later write of the
-// engine.
+// engine. A chain settles its links top first (layers/chains), each
+// writing what the one above left in it: so a settle does not flush the
+// lower after each write (writeLower), which would write every link below
+// once for each link above.
 func (fs *Engine) Settle(ctx context.Context, path string) error {
+	ctx = context.WithValue(ctx, settling{}, true)
 	la, err := fs.Lower.Getattr(ctx, path)
 	if err != nil || !la.IsRegular() {
 		return nil // the lower setattr will say what is wrong
@@ -452,6 +466,9 @@ func (fs *Engine) Settle(ctx context.Context, path string) error {
 	defer st.mu.Unlock()
 	return st.sync(ctx, false, true)
 }
+
+// settling marks the context of a settle (Settle).
+type settling struct{}
 
 // lowerFlags are the flags the engine keeps for its own lower handle.
 const handleFlags = unix.O_APPEND | unix.O_SYNC | unix.O_DSYNC | unix.O_ACCMODE
