@@ -50,6 +50,9 @@ type Options struct {
 	// has no key, EACCES), over the same lower.
 	Crypt  *crypt.Content
 	Logger *slog.Logger
+	// ViewBudget is the memory all open transformation links may hold
+	// for their views together (0: DefaultViewBudget).
+	ViewBudget int64
 }
 
 // FS is the chains layer.
@@ -66,6 +69,7 @@ type FS struct {
 	wcond   *sync.Cond
 	conv    sync.Mutex // one conversion at a time
 	sizes   linkSizes  // the presented sizes of transformation links
+	views   viewBudget // the memory views of links hold
 	release func()     // lets go of the claim on the lower (Claim)
 	cleaned []string   // the unfinished conversions Claim removed
 }
@@ -91,6 +95,11 @@ func New(lower layer.FS, o Options) (*FS, error) {
 	fs := &FS{MetaBase: layer.MetaBase{Base: layer.Base{Lower: lower}, Meta: layer.NewMeta(lower, "chains")},
 		o: o, log: o.Logger, chains: map[string]*chain{}, writers: map[layer.ID]int{}}
 	fs.wcond = sync.NewCond(&fs.mu)
+	fs.views.max = o.ViewBudget
+	if fs.views.max <= 0 {
+		fs.views.max = DefaultViewBudget
+	}
+	fs.views.cond = sync.NewCond(&fs.views.mu)
 	return fs, nil
 }
 

@@ -17,6 +17,8 @@ import (
 
 	"cairn/internal/mounttest"
 	"cairn/layer"
+	"cairn/layers/chains"
+	"cairn/layers/local"
 )
 
 // smallTmpfs mounts a tmpfs of size bytes on a new directory, for a lower
@@ -176,8 +178,11 @@ func TestReadKeepsMtime(t *testing.T) {
 		}
 		return st.Mtim
 	}
+	// The kernel releases the file a little after close(2) returns, and
+	// the release writes (the top link's header, the settle): let it land.
+	// Times have nanoseconds: any later write moves them.
+	time.Sleep(time.Second)
 	before, lower := mtime(p), mtime(filepath.Join(d, "f.zg"))
-	time.Sleep(1100 * time.Millisecond) // so that a write now would show
 	mustRead(t, p, want)
 	if got := mtime(p); got != before {
 		t.Errorf("mtime through the mount moved from %v to %v after a read", before, got)
@@ -186,5 +191,104 @@ func TestReadKeepsMtime(t *testing.T) {
 	fs.Close()
 	if got := mtime(filepath.Join(d, "f.zg")); got != lower {
 		t.Errorf("mtime of the lower file moved from %v to %v after a read and unmount", lower, got)
+	}
+}
+
+// TestViewBudget: the views of open transformation links hold at most the
+// layer's budget together, however many are open: an open that does not
+// fit waits, then fails with ENOMEM; a close makes room. (Each open held
+// up to 256 MiB until its close: N opens, N times that.)
+func TestViewBudget(t *testing.T) {
+	l, err := local.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const budget = 1 << 20
+	fs, err := chains.New(l, chains.Options{ViewBudget: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { layer.CloseStack(fs) })
+	m := mounttest.Mount(t, fs)
+	target := data(400 << 10)
+	os.WriteFile(m.Path("t"), target, 0o644)
+	for i := range 8 {
+		p := m.Path(fmt.Sprint("l", i))
+		os.WriteFile(p, nil, 0o644)
+		if err := setLinkX(p, "t:stored"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var open []*os.File
+	for i := range 2 {
+		f, err := os.Open(m.Path(fmt.Sprint("l", i)))
+		if err != nil {
+			t.Fatalf("open of link %d: %v", i, err)
+		}
+		open = append(open, f)
+	}
+	if n := fs.ViewBytes(); n != 2*int64(len(target)) {
+		t.Errorf("two open links hold %d bytes, want %d", n, 2*len(target))
+	}
+	if _, err := os.Open(m.Path("l2")); !errors.Is(err, unix.ENOMEM) {
+		t.Errorf("a third open of a link beyond the budget: %v, want ENOMEM", err)
+	}
+	open[0].Close()
+	f, err := os.Open(m.Path("l2"))
+	if err != nil {
+		t.Fatalf("an open after a close made room: %v", err)
+	}
+	got := make([]byte, len(target)+1)
+	if n, _ := f.ReadAt(got, 0); !bytes.Equal(got[:n], target) {
+		t.Errorf("the link reads %d bytes, not its target", n)
+	}
+	f.Close()
+	open[1].Close()
+	// Many at once: the bytes held never pass the budget; every open
+	// either reads its view or fails with ENOMEM.
+	stop := make(chan struct{})
+	var peak int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			peak = max(peak, fs.ViewBytes())
+		}
+	}()
+	errs := make(chan error, 8)
+	for i := range 8 {
+		go func() {
+			var err error
+			for range 5 {
+				b, rerr := os.ReadFile(m.Path(fmt.Sprint("l", i)))
+				if rerr != nil && !errors.Is(rerr, unix.ENOMEM) || rerr == nil && !bytes.Equal(b, target) {
+					err = fmt.Errorf("link %d: %d bytes, %v", i, len(b), rerr)
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	close(stop)
+	<-done
+	if peak > budget {
+		t.Errorf("the views held %d bytes at once, more than the budget of %d", peak, budget)
+	}
+	// Closed links hold nothing (the kernel releases a file a little
+	// after close returns).
+	for i := 0; fs.ViewBytes() != 0; i++ {
+		if i == 200 {
+			t.Fatalf("%d bytes still held with no link open", fs.ViewBytes())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
