@@ -168,17 +168,13 @@ func (fs *FS) Codec() string { return fs.e.kind.Name }
 // has it open. lf is a lower handle of path, opened read-write if possible;
 // it is kept or released.
 func (fs *Engine) acquire(ctx context.Context, path string, lf layer.File, ro bool) (*state, layer.File, error) {
-	a, err := lf.Getattr(ctx)
+	id, err := identity(ctx, lf)
 	if err != nil {
 		lf.Release(ctx)
 		return nil, nil, err
 	}
-	if !a.IsRegular() {
-		lf.Release(ctx)
-		return nil, nil, syscall.EINVAL
-	}
 	fs.mu.Lock()
-	if st := fs.states[a.ID()]; st != nil {
+	if st := fs.states[id]; st != nil {
 		st.refs++
 		fs.unidle(st)
 		fs.mu.Unlock()
@@ -195,9 +191,9 @@ func (fs *Engine) acquire(ctx context.Context, path string, lf layer.File, ro bo
 		}
 		return st, lf, nil
 	}
-	st := &state{fs: fs, ino: a.ID(), refs: 1, path: path, lower: lf, ro: ro}
+	st := &state{fs: fs, ino: id, refs: 1, path: path, lower: lf, ro: ro}
 	st.mu.Lock()
-	fs.states[a.ID()] = st
+	fs.states[id] = st
 	fs.mu.Unlock()
 	err = st.load(ctx)
 	if err == nil && st.lost != "" {
@@ -220,6 +216,25 @@ func (fs *Engine) acquire(ctx context.Context, path string, lf layer.File, ro bo
 	}
 	st.mu.Unlock()
 	return st, nil, nil
+}
+
+// identity is the identity of the regular file lf (EINVAL for another
+// kind). A file of another codec engine (the next link of a chain) hands
+// down the identity its state is keyed by, which it took from its own
+// lower file: through n links, an open stats the stored file once, not n
+// times (each through every link below).
+func identity(ctx context.Context, lf layer.File) (layer.ID, error) {
+	if f, ok := lf.(*File); ok {
+		return f.st.ino, nil
+	}
+	a, err := lf.Getattr(ctx)
+	if err != nil {
+		return layer.ID{}, err
+	}
+	if !a.IsRegular() {
+		return layer.ID{}, syscall.EINVAL
+	}
+	return a.ID(), nil
 }
 
 // put drops one reference; the last one writes what is in memory and
