@@ -66,3 +66,35 @@ func BenchmarkRead(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkWrite: create, write 8 MiB in 128 KiB writes and release a file
+// under a chain of one and of two codec links, in process (what each
+// append's flush of the link below costs).
+func BenchmarkWrite(b *testing.B) {
+	ctx := context.Background()
+	for _, ch := range []string{"copy", "zstd", "copy,copy", "gzip,zstd"} {
+		b.Run(ch, func(b *testing.B) {
+			fs := stack(b, b.TempDir(), "", "**="+ch, nil)
+			buf := make([]byte, 128<<10)
+			for i := range buf {
+				buf[i] = byte(i * 7 % 251)
+			}
+			b.SetBytes(8 << 20)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				f, _, err := fs.Create(ctx, "f", unix.O_RDWR|unix.O_TRUNC, 0o644)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for off := int64(0); off < 8<<20; off += int64(len(buf)) {
+					if _, err := f.WriteAt(ctx, buf, off); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := f.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

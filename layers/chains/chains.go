@@ -50,6 +50,9 @@ type Options struct {
 	// has no key, EACCES), over the same lower.
 	Crypt  *crypt.Content
 	Logger *slog.Logger
+	// ViewBudget is the memory all open transformation links may hold
+	// for their views together (0: DefaultViewBudget).
+	ViewBudget int64
 }
 
 // FS is the chains layer.
@@ -66,6 +69,7 @@ type FS struct {
 	wcond   *sync.Cond
 	conv    sync.Mutex // one conversion at a time
 	sizes   linkSizes  // the presented sizes of transformation links
+	views   viewBudget // the memory views of links hold
 	release func()     // lets go of the claim on the lower (Claim)
 	cleaned []string   // the unfinished conversions Claim removed
 }
@@ -91,6 +95,11 @@ func New(lower layer.FS, o Options) (*FS, error) {
 	fs := &FS{MetaBase: layer.MetaBase{Base: layer.Base{Lower: lower}, Meta: layer.NewMeta(lower, "chains")},
 		o: o, log: o.Logger, chains: map[string]*chain{}, writers: map[layer.ID]int{}}
 	fs.wcond = sync.NewCond(&fs.mu)
+	fs.views.max = o.ViewBudget
+	if fs.views.max <= 0 {
+		fs.views.max = DefaultViewBudget
+	}
+	fs.views.cond = sync.NewCond(&fs.views.mu)
 	return fs, nil
 }
 
@@ -445,7 +454,7 @@ func (fs *FS) Open(ctx context.Context, p string, flags int) (layer.File, error)
 	if err != nil {
 		return nil, err
 	}
-	return fs.wrap(ctx, f, flags), nil
+	return fs.wrap(ctx, f, flags, c, p), nil
 }
 
 func (fs *FS) Create(ctx context.Context, p string, flags int, mode uint32) (layer.File, layer.Attr, error) {
@@ -482,7 +491,7 @@ func (fs *FS) Create(ctx context.Context, p string, flags int, mode uint32) (lay
 		return nil, a, err
 	}
 	if c == nil {
-		return fs.wrap(ctx, f, flags), a, nil
+		return fs.wrap(ctx, f, flags, nil, p), a, nil
 	}
 	// The record before the application can write a byte: a crash in
 	// between leaves an empty unguarded file.
@@ -491,7 +500,7 @@ func (fs *FS) Create(ctx context.Context, p string, flags int, mode uint32) (lay
 		fs.Lower.Unlink(layer.AsSelf(ctx), p)
 		return nil, layer.Attr{}, fmt.Errorf("chains: recording the chain of /%s: %w", p, err)
 	}
-	return fs.wrap(ctx, f, flags), a, nil
+	return fs.wrap(ctx, f, flags, c, p), a, nil
 }
 
 func (fs *FS) Setattr(ctx context.Context, p string, in *layer.SetAttr) (layer.Attr, error) {
@@ -636,7 +645,11 @@ func (fs *FS) Setxattr(ctx context.Context, p, name string, value []byte, flags 
 	if name == LinkXattr {
 		l, err := parseLink(string(value))
 		if err != nil {
-			fs.log.Warn("chains: refused link", "path", p, "value", string(value), "err", err)
+			fs.log.Warn("chains: refused link", "path", p, "value", string(value[:min(len(value), 256)]), "err", err)
+			var long *errTargetTooLong
+			if errors.As(err, &long) {
+				return syscall.ENAMETOOLONG
+			}
 			return syscall.EINVAL
 		}
 		return fs.setLink(ctx, p, l)
@@ -722,11 +735,14 @@ type file struct {
 	layer.BaseFile
 	fs   *FS
 	id   layer.ID
+	c    *chain // nil: unguarded
+	path string
 	once sync.Once
 }
 
-// wrap counts f if it is open for writing.
-func (fs *FS) wrap(ctx context.Context, f layer.File, flags int) layer.File {
+// wrap counts f, a file of the chain c (nil: unguarded) at p, if it is
+// open for writing.
+func (fs *FS) wrap(ctx context.Context, f layer.File, flags int, c *chain, p string) layer.File {
 	if flags&unix.O_ACCMODE == unix.O_RDONLY {
 		return f
 	}
@@ -738,11 +754,19 @@ func (fs *FS) wrap(ctx context.Context, f layer.File, flags int) layer.File {
 	fs.mu.Lock()
 	fs.writers[id]++
 	fs.mu.Unlock()
-	return &file{BaseFile: layer.BaseFile{Lower: f}, fs: fs, id: id}
+	return &file{BaseFile: layer.BaseFile{Lower: f}, fs: fs, id: id, c: c, path: p}
 }
 
+// Release of a file open for writing under a chain of several links
+// settles the links below the top one: the top link's release writes its
+// header into the link below, which would otherwise keep it in memory
+// until it lets go of the file (the next close, a read's; an unmount) and
+// move the file's mtime then.
 func (f *file) Release(ctx context.Context) error {
 	err := f.BaseFile.Release(ctx)
+	if err == nil && f.c != nil && len(f.c.ts) > 1 {
+		err = f.c.settle(ctx, f.path)
+	}
 	f.once.Do(func() {
 		f.fs.mu.Lock()
 		if f.fs.writers[f.id]--; f.fs.writers[f.id] <= 0 {

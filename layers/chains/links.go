@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -42,6 +43,94 @@ const linkVersion = "L1"
 // link is opened.
 const maxLinkView = 256 << 20
 
+// DefaultViewBudget is the memory the views of all open links may hold
+// together (Options.ViewBudget): without a bound, each open of a link
+// held up to maxLinkView until its close, and any user could make the
+// daemon hold N times that with N opens.
+const DefaultViewBudget = 256 << 20
+
+// viewWait is how long making a view waits for room in the budget.
+const viewWait = time.Second
+
+// viewBudget counts the bytes views hold (made or being made), daemon-wide.
+type viewBudget struct {
+	mu        sync.Mutex
+	cond      *sync.Cond
+	max, held int64
+}
+
+// take reserves n bytes, waiting up to viewWait for room: ENOMEM after
+// that, EFBIG if n alone is more than the budget.
+func (fs *FS) takeView(n int64) error {
+	b := &fs.views
+	if n > b.max {
+		return syscall.EFBIG
+	}
+	deadline := time.Now().Add(viewWait)
+	t := time.AfterFunc(viewWait, func() {
+		b.mu.Lock()
+		b.cond.Broadcast()
+		b.mu.Unlock()
+	})
+	defer t.Stop()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for b.held+n > b.max {
+		if !time.Now().Before(deadline) {
+			fs.log.Warn("chains: the views of open links hold their whole budget; an open of a link fails with ENOMEM",
+				"budget", b.max, "held", b.held, "asked", n)
+			return syscall.ENOMEM
+		}
+		b.cond.Wait()
+	}
+	b.held += n
+	return nil
+}
+
+// giveView gives n bytes back.
+func (fs *FS) giveView(n int64) {
+	if n == 0 {
+		return
+	}
+	b := &fs.views
+	b.mu.Lock()
+	b.held -= n
+	b.cond.Broadcast()
+	b.mu.Unlock()
+}
+
+// ViewBytes is the memory the views of links hold now (made or being
+// made): never more than the budget.
+func (fs *FS) ViewBytes() int64 {
+	fs.views.mu.Lock()
+	defer fs.views.mu.Unlock()
+	return fs.views.held
+}
+
+// budgetBuffer is a buffer whose growth is taken from the view budget.
+type budgetBuffer struct {
+	fs    *FS
+	b     bytes.Buffer
+	held  *int64 // what the view holds, this buffer's share included
+	ahead int64  // reserved and not yet written
+}
+
+func (w *budgetBuffer) Write(p []byte) (int, error) {
+	if int64(w.b.Len()+len(p)) > maxLinkView {
+		return 0, syscall.EFBIG
+	}
+	n := int64(len(p))
+	use := min(n, w.ahead)
+	w.ahead -= use
+	if n > use {
+		if err := w.fs.takeView(n - use); err != nil {
+			return 0, err
+		}
+		*w.held += n - use
+	}
+	return w.b.Write(p)
+}
+
 type link struct {
 	target string   // relative to the link's directory
 	views  []string // applied left to right
@@ -62,6 +151,9 @@ func parseLink(s string) (*link, error) {
 	if strings.HasPrefix(l.target, "/") || strings.ContainsRune(l.target, 0) {
 		return nil, fmt.Errorf("link target %q: want a path relative to the link's directory", l.target)
 	}
+	if err := checkTargetLength(l.target); err != nil {
+		return nil, err
+	}
 	for _, v := range strings.Split(s[i+1:], ",") {
 		v = strings.TrimSpace(v)
 		switch v {
@@ -79,6 +171,25 @@ func parseLink(s string) (*link, error) {
 		return nil, fmt.Errorf("a link of %d views (at most %d)", len(l.views), maxLinks)
 	}
 	return l, nil
+}
+
+// errTargetTooLong is a link target longer than a path (PATH_MAX) or with
+// a name longer than a name (NAME_MAX): ENAMETOOLONG, as open(2) of it
+// would say, rather than what the lower's xattr size limit would give.
+type errTargetTooLong struct{ msg string }
+
+func (e *errTargetTooLong) Error() string { return e.msg }
+
+func checkTargetLength(t string) error {
+	if len(t) >= unix.PathMax {
+		return &errTargetTooLong{fmt.Sprintf("link target of %d bytes (a path has at most %d)", len(t), unix.PathMax-1)}
+	}
+	for _, c := range strings.Split(t, "/") {
+		if len(c) > unix.NAME_MAX {
+			return &errTargetTooLong{fmt.Sprintf("link target with a name of %d bytes (at most %d)", len(c), unix.NAME_MAX)}
+		}
+	}
+	return nil
 }
 
 // resolve is the target's path in the layer, for a link at p.
@@ -107,17 +218,25 @@ type linkKey struct {
 	views        string
 }
 
-// view makes the bytes the link at p presents.
-func (fs *FS) view(ctx context.Context, p string, l *link) ([]byte, layer.Attr, error) {
+// view makes the bytes the link at p presents, and gives the bytes of
+// the budget they hold (giveView when done with them; on error, nothing is
+// held).
+func (fs *FS) view(ctx context.Context, p string, l *link) (out []byte, held int64, err error) {
+	defer func() {
+		if err != nil {
+			fs.giveView(held)
+			out, held = nil, 0
+		}
+	}()
 	t, err := l.resolve(p)
 	if err != nil {
-		return nil, layer.Attr{}, err
+		return nil, 0, err
 	}
 	if fs.reserved(t) {
-		return nil, layer.Attr{}, syscall.ENOENT
+		return nil, 0, syscall.ENOENT
 	}
 	if err := fs.mayRead(ctx, t); err != nil {
-		return nil, layer.Attr{}, err
+		return nil, 0, err
 	}
 	views := l.views
 	var f layer.File
@@ -144,40 +263,70 @@ func (fs *FS) view(ctx context.Context, p string, l *link) ([]byte, layer.Attr, 
 		}
 	}
 	if err != nil {
-		return nil, layer.Attr{}, err
+		return nil, 0, err
 	}
 	defer f.Release(ctx)
-	var src bytes.Buffer
+	// Every byte made is taken from the budget first: the source, then
+	// each view's output, the one before it given back once it is made.
+	src := &budgetBuffer{fs: fs, held: &held}
+	if ta.Size > 0 {
+		// The stored size: near enough to reserve it at once, so that
+		// opens that do not fit together wait or fail before reading.
+		if err := src.reserve(int64(min(ta.Size, maxLinkView+1))); err != nil {
+			return nil, held, err
+		}
+	}
 	buf := make([]byte, 1<<20)
 	for off := int64(0); ; {
 		n, rerr := f.ReadAt(ctx, buf, off)
-		src.Write(buf[:n])
-		off += int64(n)
-		if src.Len() > maxLinkView {
-			return nil, layer.Attr{}, syscall.EFBIG
+		if _, err := src.Write(buf[:n]); err != nil {
+			return nil, held, err
 		}
+		off += int64(n)
 		if rerr == io.EOF || (rerr == nil && n == 0) {
 			break
 		}
 		if rerr != nil {
-			return nil, layer.Attr{}, rerr
+			return nil, held, rerr
 		}
 	}
-	out := src.Bytes()
+	src.unreserve()
+	out = src.b.Bytes()
 	for _, v := range views {
 		switch v {
 		case "gzip":
-			var z bytes.Buffer
-			w, _ := gzip.NewWriterLevel(&z, gzip.DefaultCompression)
-			w.Write(out)
-			w.Close()
-			out = z.Bytes()
-		}
-		if len(out) > maxLinkView {
-			return nil, layer.Attr{}, syscall.EFBIG
+			z := &budgetBuffer{fs: fs, held: &held}
+			w, _ := gzip.NewWriterLevel(z, gzip.DefaultCompression)
+			_, werr := w.Write(out)
+			if cerr := w.Close(); werr == nil {
+				werr = cerr
+			}
+			if werr != nil {
+				return nil, held, werr
+			}
+			fs.giveView(int64(len(out)))
+			held -= int64(len(out))
+			out = z.b.Bytes()
 		}
 	}
-	return out, ta, nil
+	return out, held, nil
+}
+
+// reserve takes n bytes of the budget ahead of writes, which then use them
+// up before taking more; unreserve gives back what writes did not use.
+func (w *budgetBuffer) reserve(n int64) error {
+	if err := w.fs.takeView(n); err != nil {
+		return err
+	}
+	*w.held += n
+	w.ahead = n
+	return nil
+}
+
+func (w *budgetBuffer) unreserve() {
+	w.fs.giveView(w.ahead)
+	*w.held -= w.ahead
+	w.ahead = 0
 }
 
 // mayRead checks that the caller may read the file at t as if it opened it
@@ -233,11 +382,12 @@ func (fs *FS) statLink(ctx context.Context, p string, l *link, a *layer.Attr) {
 	n, ok := fs.sizes.m[k]
 	fs.sizes.mu.Unlock()
 	if !ok {
-		b, _, err := fs.view(ctx, p, l)
+		b, held, err := fs.view(ctx, p, l)
 		if err != nil {
 			return
 		}
 		n = int64(len(b))
+		fs.giveView(held)
 		fs.sizes.mu.Lock()
 		if fs.sizes.m == nil || len(fs.sizes.m) > 4096 {
 			fs.sizes.m = map[linkKey]int64{}
@@ -258,12 +408,12 @@ func (fs *FS) openLink(ctx context.Context, p string, l *link, flags int) (layer
 	if err != nil {
 		return nil, err
 	}
-	b, _, err := fs.view(ctx, p, l)
+	b, held, err := fs.view(ctx, p, l)
 	if err != nil {
 		lf.Release(ctx)
 		return nil, err
 	}
-	return &linkFile{File: lf, lower: lf, b: b}, nil
+	return &linkFile{File: lf, lower: lf, b: b, fs: fs, held: held}, nil
 }
 
 // setLink makes the empty regular file at p a link (l != nil), or a
@@ -324,6 +474,9 @@ type linkFile struct {
 	layer.File // the lower file, for what is not overridden
 	lower      layer.File
 	b          []byte
+	fs         *FS
+	held       int64 // of the view budget
+	once       sync.Once
 }
 
 func (f *linkFile) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
@@ -349,9 +502,12 @@ func (f *linkFile) Getattr(ctx context.Context) (layer.Attr, error) {
 func (f *linkFile) Setattr(context.Context, *layer.SetAttr) (layer.Attr, error) {
 	return layer.Attr{}, syscall.EROFS
 }
-func (f *linkFile) Flush(ctx context.Context) error                      { return nil }
-func (f *linkFile) Fsync(ctx context.Context, datasync bool) error       { return nil }
-func (f *linkFile) Release(ctx context.Context) error                    { return f.lower.Release(ctx) }
+func (f *linkFile) Flush(ctx context.Context) error                { return nil }
+func (f *linkFile) Fsync(ctx context.Context, datasync bool) error { return nil }
+func (f *linkFile) Release(ctx context.Context) error {
+	f.once.Do(func() { f.fs.giveView(f.held); f.b = nil })
+	return f.lower.Release(ctx)
+}
 func (f *linkFile) Allocate(context.Context, int64, int64, uint32) error { return syscall.EROFS }
 func (f *linkFile) Lseek(ctx context.Context, off int64, whence int) (int64, error) {
 	if off >= int64(len(f.b)) {

@@ -25,6 +25,14 @@ func init() {
 			{Name: "extpass", Kind: registry.String, Help: "run this command (sh -c) and read the crypt passphrase from the first line of its output"},
 			{Name: "unlock", Kind: registry.String, Default: "passphrase", Allowed: []string{"passphrase", "masterkey"},
 				Help: "what the secret is: the passphrase, or the master key that 'cairn init --print-master-key' showed"},
+			{Name: "view_budget", Kind: registry.Size, Default: int64(DefaultViewBudget),
+				Help: "the memory all open transformation links may hold for their views together; an open beyond it waits a second for room, then fails with ENOMEM",
+				Check: func(v any) error {
+					if n, _ := v.(int64); n <= 0 {
+						return errors.New("must be more than 0")
+					}
+					return nil
+				}},
 		},
 		Rules: &registry.RuleSpec{
 			Help: "the first rule that covers a new file's path gives it its chain (none: the file is unguarded)",
@@ -40,7 +48,7 @@ func init() {
 			return secret(o, true)
 		},
 		New: func(l []layer.FS, o registry.Values) (layer.FS, error) {
-			opts := Options{}
+			opts := Options{ViewBudget: o.Int("view_budget")}
 			for _, r := range o.Rules() {
 				opts.Rules = append(opts.Rules, Rule{Paths: r.Paths, Chain: r.Values.List("chain")})
 			}

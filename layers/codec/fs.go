@@ -168,17 +168,13 @@ func (fs *FS) Codec() string { return fs.e.kind.Name }
 // has it open. lf is a lower handle of path, opened read-write if possible;
 // it is kept or released.
 func (fs *Engine) acquire(ctx context.Context, path string, lf layer.File, ro bool) (*state, layer.File, error) {
-	a, err := lf.Getattr(ctx)
+	id, err := identity(ctx, lf)
 	if err != nil {
 		lf.Release(ctx)
 		return nil, nil, err
 	}
-	if !a.IsRegular() {
-		lf.Release(ctx)
-		return nil, nil, syscall.EINVAL
-	}
 	fs.mu.Lock()
-	if st := fs.states[a.ID()]; st != nil {
+	if st := fs.states[id]; st != nil {
 		st.refs++
 		fs.unidle(st)
 		fs.mu.Unlock()
@@ -195,9 +191,9 @@ func (fs *Engine) acquire(ctx context.Context, path string, lf layer.File, ro bo
 		}
 		return st, lf, nil
 	}
-	st := &state{fs: fs, ino: a.ID(), refs: 1, path: path, lower: lf, ro: ro}
+	st := &state{fs: fs, ino: id, refs: 1, path: path, lower: lf, ro: ro}
 	st.mu.Lock()
-	fs.states[a.ID()] = st
+	fs.states[id] = st
 	fs.mu.Unlock()
 	err = st.load(ctx)
 	if err == nil && st.lost != "" {
@@ -205,7 +201,12 @@ func (fs *Engine) acquire(ctx context.Context, path string, lf layer.File, ro bo
 	}
 	if err == nil && st.hdrStale && !st.ro && st.logEnd != 0 {
 		// After a crash: record what was replayed, so that stat is cheap.
-		err = st.sync(ctx, false, false)
+		// Only a saving: a lower that takes no writes (a full disk, which
+		// may be why the header is stale) does not keep the file from
+		// being read.
+		if serr := st.sync(ctx, false, false); serr != nil {
+			fs.log().Warn("codec: cannot record the replayed log", "path", path, "err", serr)
+		}
 	}
 	if err != nil {
 		st.chunks = nil
@@ -215,6 +216,25 @@ func (fs *Engine) acquire(ctx context.Context, path string, lf layer.File, ro bo
 	}
 	st.mu.Unlock()
 	return st, nil, nil
+}
+
+// identity is the identity of the regular file lf (EINVAL for another
+// kind). A file of another codec engine (the next link of a chain) hands
+// down the identity its state is keyed by, which it took from its own
+// lower file: through n links, an open stats the stored file once, not n
+// times (each through every link below).
+func identity(ctx context.Context, lf layer.File) (layer.ID, error) {
+	if f, ok := lf.(*File); ok {
+		return f.st.ino, nil
+	}
+	a, err := lf.Getattr(ctx)
+	if err != nil {
+		return layer.ID{}, err
+	}
+	if !a.IsRegular() {
+		return layer.ID{}, syscall.EINVAL
+	}
+	return a.ID(), nil
 }
 
 // put drops one reference; the last one writes what is in memory and
@@ -412,7 +432,12 @@ func (fs *Engine) Stat(ctx context.Context, path string, a *layer.Attr) error {
 	st.mu.Lock()
 	a.Size = uint64(st.size)
 	st.mu.Unlock()
-	return fs.put(ctx, st)
+	if err := fs.put(ctx, st); err != nil {
+		// The size is known; what put could not write (a full disk) is
+		// not stat's business.
+		fs.log().Warn("codec: cannot write out the file's state", "path", path, "err", err)
+	}
+	return nil
 }
 
 // Truncate sets the logical size of path's file.
@@ -436,8 +461,12 @@ const setTimes = layer.SetAtime | layer.SetMtime | layer.SetAtimeNow | layer.Set
 
 // Settle writes out what an open file at path has pending, so that a
 // change of its times or capability is not undone by a later write of the
-// engine.
+// engine. A chain settles its links top first (layers/chains), each
+// writing what the one above left in it: so a settle does not flush the
+// lower after each write (writeLower), which would write every link below
+// once for each link above.
 func (fs *Engine) Settle(ctx context.Context, path string) error {
+	ctx = context.WithValue(ctx, settling{}, true)
 	la, err := fs.Lower.Getattr(ctx, path)
 	if err != nil || !la.IsRegular() {
 		return nil // the lower setattr will say what is wrong
@@ -452,6 +481,9 @@ func (fs *Engine) Settle(ctx context.Context, path string) error {
 	defer st.mu.Unlock()
 	return st.sync(ctx, false, true)
 }
+
+// settling marks the context of a settle (Settle).
+type settling struct{}
 
 // lowerFlags are the flags the engine keeps for its own lower handle.
 const handleFlags = unix.O_APPEND | unix.O_SYNC | unix.O_DSYNC | unix.O_ACCMODE

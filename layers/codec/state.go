@@ -921,7 +921,7 @@ func (s *state) persist(ctx context.Context, cs []int64) error {
 		r.encLen = uint32(s.logEnd + int64(len(out)) - off - recHdrSize)
 		done = append(done, placed{c, r, off})
 	}
-	if err := s.appendLower(ctx, out); err != nil {
+	if err := s.appendLower(ctx, out, true); err != nil {
 		s.nextGen = gen0
 		return err
 	}
@@ -970,7 +970,8 @@ func (s *state) initLog(ctx context.Context) error {
 	sl := s.slot()
 	sl.size, sl.logEnd, sl.ckptOff, sl.gen = 0, headerSize, 0, 0
 	b := append(sl.marshal(), sl.marshal()...)
-	if err := s.appendLower(ctx, b); err != nil {
+	// Not flushed: a record follows at once, and its flush writes both.
+	if err := s.appendLower(ctx, b, false); err != nil {
 		return err
 	}
 	s.hdrSeq = 1
@@ -989,10 +990,22 @@ func (s *state) slot() slot {
 
 // writeLower writes all of b at off in the lower file: a short count is an
 // error even when the lower gives no reason (the application gets EIO).
-func (s *state) writeLower(ctx context.Context, b []byte, off int64) error {
+// With flush (and outside a settle, which goes down the links of a chain
+// one after the other: see Engine.Settle), the write is done when the lower has written it: a lower
+// that keeps writes in memory (the next codec link of a chain) is flushed,
+// so that its errors (a full disk) come here, before the caller commits
+// what it wrote (a record to the index), not later, when the lower writes
+// it out. Headers are written without (a header that does not reach the
+// disk costs a replay of the log at the next open, nothing more, and a
+// flush of each header would write the links below again for every link
+// above: through 64 links a conversion of a 100-byte file took minutes).
+func (s *state) writeLower(ctx context.Context, b []byte, off int64, flush bool) error {
 	n, err := s.lower.WriteAt(ctx, b, off)
 	if err == nil && n < len(b) {
 		err = fmt.Errorf("codec: %s: short write to the lower file: %d of %d bytes at %d", s.path, n, len(b), off)
+	}
+	if err == nil && flush && ctx.Value(settling{}) == nil {
+		err = s.lower.Flush(ctx)
 	}
 	if err != nil {
 		s.fs.log().Error("codec: write to the lower file failed", "path", s.path, "offset", off, "bytes", len(b), "written", n, "err", err)
@@ -1006,11 +1019,11 @@ func (s *state) writeLower(ctx context.Context, b []byte, off int64) error {
 // take them for records. If even the cut fails, the file's tail is unknown
 // and it takes no more writes until it is opened again (opening cuts a torn
 // tail).
-func (s *state) appendLower(ctx context.Context, b []byte) error {
+func (s *state) appendLower(ctx context.Context, b []byte, flush bool) error {
 	if s.broken != nil {
 		return s.broken
 	}
-	err := s.writeLower(ctx, b, s.logEnd)
+	err := s.writeLower(ctx, b, s.logEnd, flush)
 	if err == nil {
 		return nil
 	}
@@ -1028,7 +1041,7 @@ func (s *state) appendRaw(ctx context.Context, b []byte) (int64, error) {
 		return 0, err
 	}
 	off := s.logEnd
-	if err := s.appendLower(ctx, b); err != nil {
+	if err := s.appendLower(ctx, b, true); err != nil {
 		return 0, err
 	}
 	s.logEnd += int64(len(b))
@@ -1218,7 +1231,7 @@ func (s *state) writeHeader(ctx context.Context) error {
 	}
 	s.hdrSeq++
 	sl := s.slot()
-	if err := s.writeLower(ctx, sl.marshal(), int64(sl.seq%2)*slotSize); err != nil {
+	if err := s.writeLower(ctx, sl.marshal(), int64(sl.seq%2)*slotSize, false); err != nil {
 		// The slot may be torn: the next try writes the same slot again,
 		// not the other (sound) one.
 		s.hdrSeq--
@@ -1298,7 +1311,7 @@ func (s *state) compact(ctx context.Context) error {
 	}
 	block = appendRecord(block, reset, nil)
 	// Phase one.
-	if err := s.appendLower(ctx, block); err != nil {
+	if err := s.appendLower(ctx, block, true); err != nil {
 		return err
 	}
 	written = true
@@ -1324,7 +1337,7 @@ func (s *state) compact(ctx context.Context) error {
 	if headerSize+int64(len(block))+recHdrSize+4+int64(nops)*indexEntrySize > e {
 		return nil
 	}
-	if err := s.writeLower(ctx, block, headerSize); err != nil {
+	if err := s.writeLower(ctx, block, headerSize, true); err != nil {
 		return err
 	}
 	for c, ops := range s.chunks {
