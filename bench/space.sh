@@ -83,7 +83,7 @@ prepare() {
 	go) cp -a "$(go env GOROOT)/src/." "$d/" ;;
 	layers) cp -a "$REPO/layers/." "$d/" ;;
 	logs) # 50 MB of syslog-like lines, the same every run
-		awk 'BEGIN {
+		awk -v d="$d" 'BEGIN {
 			srand(19); split("sshd cron kernel systemd nginx postfix/smtpd dhclient CRON sudo dockerd", p, " ")
 			split("Accepted publickey for|Connection closed by|session opened for user|Started Session|GET /index.html HTTP/1.1 200|connect from unknown|DHCPREQUEST on eth0 to|pam_unix(sudo:session): session closed for|container died|Out of memory: Killed process", m, "|")
 			t = 1700000000; n = 0
@@ -96,7 +96,7 @@ prepare() {
 				}
 				close(out)
 			}
-		}' d="$d" ;;
+		}' ;;
 	media)
 		tar -C "$(go env GOROOT)" --sort=name --mtime=@1700000000 --owner=0 --group=0 -cf - src | gzip -6 >"$d/go-src.tar.gz"
 		tar -C "$REPO" --sort=name --mtime=@1700000000 --owner=0 --group=0 -cf - layers | xz -6 >"$d/layers.tar.xz"
