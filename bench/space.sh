@@ -29,6 +29,8 @@
 # the tool's run) and the time to read it back cold (tar -c of the tree
 # through a pipe after drop_caches; GNU tar skips reading files when its
 # archive is /dev/null). Times are indicative: the load average is printed.
+# CAIRN_SPACE_KEEP=DIR keeps each cairn lower as DIR/SET-STACK (for
+# bench/codec-lower.py).
 set -euo pipefail
 
 SETS="go layers logs media" OUT=
@@ -37,7 +39,7 @@ while [ $# -gt 0 ]; do
 	case "$1" in
 	--sets) SETS=$2; shift 2 ;;
 	--out) OUT=$2; shift 2 ;;
-	-h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	-*) echo "space.sh: unknown flag $1 (see --help)" >&2; exit 2 ;;
 	*) STACKS+=("$1"); shift ;;
 	esac
