@@ -267,7 +267,7 @@ func (fs *FS) move(ctx context.Context, ds *dirState, lp, src string, names []st
 		b := join(lp, cur.BucketName(cur.Bucket(name)))
 		err := fs.lower.Rename(self, join(src, name), join(b, name), unix.RENAME_NOREPLACE)
 		if errors.Is(err, syscall.ENOENT) {
-			err = fs.mkbucket(ctx, lp, b)
+			err = fs.mkbucket(ctx, ds, lp, b)
 			ds.nlinkMu.Lock()
 			ds.nlink = -1 // counted the buckets
 			ds.nlinkMu.Unlock()
