@@ -47,6 +47,8 @@ type FS struct {
 	dirs   map[string]*dirState // by path in this layer; see state
 	jobs   map[string]*Job      // resharding runs, by path
 	unlock func()
+
+	noRenameFlags atomic.Bool // the lower refused RENAME_NOREPLACE (see moveName)
 }
 
 // dirState is one directory's record, cached. Every operation that
