@@ -16,7 +16,10 @@
 # machine runs; the seed's "time spent by the process and the operating
 # system on its behalf"). Also `ls -f | wc -l` and `find` of the largest
 # directory. Needs root (loop devices, FUSE). KINDS="htree linear" (or
-# gluster, or any of the three) and SIZES="0 1 ... MAX" choose what to run.
+# gluster, or any of the three) and SIZES="0 1 ... MAX" choose what to run;
+# OPS=lookup leaves out the adds and deletes; LINEAR_FILL=htree fills the
+# linear lower with dir_index and removes it before measuring (tune2fs -O
+# ^dir_index, e2fsck -fD), for directories too large to fill linearly.
 #
 #   bench/shard.sh [MAX [BUCKETS]]     (default 17, 256)
 set -euo pipefail
@@ -85,6 +88,7 @@ daemons() {
 }
 echo "# shard bench: MAX=2^$MAX, $BUCKETS buckets, $(nproc) cores; load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 SIZES=${SIZES:-$(seq 0 "$MAX")}
+OPS=${OPS:-lookup churn} # OPS=lookup: no adds and deletes
 for kind in ${KINDS:-htree linear}; do
 	img="$W/$kind.img" L="$W/lower-$kind" M="$W/mnt-$kind"
 	mkdir -p "$L" "$M"
@@ -92,7 +96,7 @@ for kind in ${KINDS:-htree linear}; do
 	htree | linear)
 		truncate -s 8G "$img"
 		opt=()
-		[ "$kind" = linear ] && opt=(-O ^dir_index)
+		[ "$kind" = linear ] && [ "${LINEAR_FILL:-}" != htree ] && opt=(-O ^dir_index)
 		mkfs.ext4 -q -F -N 1200000 "${opt[@]}" "$img"
 		mount -o loop "$img" "$L"
 		remount() { umount "$L"; mount -o loop "$img" "$L"; }
@@ -127,6 +131,16 @@ EOF
 		done
 		"$W/cairn" reshard -q "$W/$kind.toml" "shard-$e" > /dev/null
 	done
+	if [ "$kind" = linear ] && [ "${LINEAR_FILL:-}" = htree ]; then
+		# Filled with htree (a linear directory of 2^18 takes O(N^2) to
+		# fill), then made linear: without the feature the kernel reads
+		# every directory block by block, and e2fsck -D rewrites the
+		# directories compacted, as ext4 without dir_index keeps them.
+		umount "$L"
+		tune2fs -O ^dir_index "$img" > /dev/null
+		e2fsck -fyD "$img" > /dev/null 2>&1 || [ $? -le 1 ]
+		mount -o loop "$img" "$L"
+	fi
 	for phase in native flat shard; do
 		remount
 		pid=""
@@ -137,7 +151,8 @@ EOF
 		fi
 		for e in $SIZES; do
 			look=$(ms lookup "$D/$phase-$e" "$(daemons $pid)")
-			churn=$(ms churn "$D/$phase-$e" "$(daemons $pid)")
+			churn="- -"
+			[ "$OPS" = lookup ] || churn=$(ms churn "$D/$phase-$e" "$(daemons $pid)")
 			printf '%-7s %-6s 2^%-3d %7d lookup wall/cpu ms %7s %7s churn %8s %8s load %s\n' "$kind" "$phase" "$e" $((1 << e)) $look $churn "$(cut -d' ' -f1 /proc/loadavg)"
 		done
 		t0=$(date +%s.%N)
