@@ -408,28 +408,19 @@ func (fs *FS) mkbucket(ctx context.Context, ds *dirState, lp, b string) error {
 	return fs.inherit(ctx, b, in)
 }
 
-// passOn runs op, which changes what directory path's buckets inherit
-// (chmod, chown, setfacl), and gives every existing bucket the result.
-// attrMu keeps a bucket made meanwhile from inheriting what was there
-// before (resharding makes buckets while the directory is in use).
-func (fs *FS) passOn(ctx context.Context, path, lp string, op func() error) error {
-	fs.mu.Lock()
-	ds := fs.dirs[path]
-	fs.mu.Unlock()
-	if ds == nil {
-		if a, err := fs.lower.Getattr(layer.AsSelf(ctx), lp); err != nil || !a.IsDir() {
-			return op() // not a directory: no buckets
-		}
-		var err error
-		if ds, err = fs.state(ctx, path, lp); err != nil {
-			return err
-		}
+// passOn gives every existing bucket of directory path (lower lp) what it
+// inherits, after a change of it (chmod, chown, setfacl). A bucket being
+// made meanwhile (resharding makes them while the directory is in use)
+// read the directory before the change or after it: attrMu makes
+// mkbucket's read, mkdir and copy one step, so a bucket made with what
+// was there before exists by the time passOn lists them.
+func (fs *FS) passOn(ctx context.Context, path, lp string) error {
+	ds, err := fs.state(ctx, path, lp)
+	if err != nil {
+		return err
 	}
 	ds.attrMu.Lock()
 	defer ds.attrMu.Unlock()
-	if err := op(); err != nil {
-		return err
-	}
 	st := ds.get()
 	if st == nil {
 		return nil
@@ -444,6 +435,15 @@ func (fs *FS) passOn(ctx context.Context, path, lp string, op func() error) erro
 		}
 	}
 	return nil
+}
+
+// passOnACL is passOn after a change of an ACL of path, if it is a
+// directory.
+func (fs *FS) passOnACL(ctx context.Context, path, lp string) error {
+	if a, err := fs.lower.Getattr(layer.AsSelf(ctx), lp); err != nil || !a.IsDir() {
+		return nil
+	}
+	return fs.passOn(ctx, path, lp)
 }
 
 // changed records a change of the names of r's directory: its times, which
@@ -522,22 +522,22 @@ func (fs *FS) Getattr(ctx context.Context, path string) (layer.Attr, error) {
 	return fs.dirAttr(ctx, ds, r.lower, a), nil
 }
 
-func (fs *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (a layer.Attr, err error) {
+func (fs *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (layer.Attr, error) {
 	r, err := fs.resolve(ctx, path)
 	if err != nil {
 		return layer.Attr{}, err
 	}
 	defer r.done()
-	op := func() (err error) { a, err = fs.lower.Setattr(ctx, r.lower, in); return }
-	if in.Valid&(layer.SetMode|layer.SetUid|layer.SetGid) == 0 {
-		err = op()
-	} else {
-		// Buckets follow the directory's owner and mode (and its ACL's
-		// mask, which chmod changes).
-		err = fs.passOn(ctx, path, r.lower, op)
-	}
+	a, err := fs.lower.Setattr(ctx, r.lower, in)
 	if err != nil || !a.IsDir() {
 		return a, err
+	}
+	if in.Valid&(layer.SetMode|layer.SetUid|layer.SetGid) != 0 {
+		// Buckets follow the directory's owner and mode (and its ACL's
+		// mask, which chmod changes).
+		if err := fs.passOn(ctx, path, r.lower); err != nil {
+			return layer.Attr{}, err
+		}
 	}
 	ds, err := fs.state(ctx, path, r.lower)
 	if err != nil {
@@ -792,11 +792,11 @@ func (fs *FS) Setxattr(ctx context.Context, path, name string, value []byte, fla
 		return err
 	}
 	defer r.done()
-	op := func() error { return fs.lower.Setxattr(ctx, r.lower, name, value, flags) }
-	if !isACL(name) {
-		return op()
+	err = fs.lower.Setxattr(ctx, r.lower, name, value, flags)
+	if err != nil || !isACL(name) {
+		return err
 	}
-	return fs.passOn(ctx, path, r.lower, op)
+	return fs.passOnACL(ctx, path, r.lower)
 }
 
 func isACL(name string) bool { return name == aclNames[0] || name == aclNames[1] }
@@ -810,11 +810,11 @@ func (fs *FS) Removexattr(ctx context.Context, path, name string) error {
 		return err
 	}
 	defer r.done()
-	op := func() error { return fs.lower.Removexattr(ctx, r.lower, name) }
-	if !isACL(name) {
-		return op()
+	err = fs.lower.Removexattr(ctx, r.lower, name)
+	if err != nil || !isACL(name) {
+		return err
 	}
-	return fs.passOn(ctx, path, r.lower, op)
+	return fs.passOnACL(ctx, path, r.lower)
 }
 
 func (fs *FS) Listxattr(ctx context.Context, path string, dest []byte) (int, error) {
