@@ -94,10 +94,16 @@ for kind in ${KINDS:-htree linear}; do
 	mkdir -p "$L" "$M"
 	case $kind in
 	htree | linear)
-		truncate -s 8G "$img"
+		# Inodes and room for three copies of every size (at least
+		# 1.2 million and 8 GiB).
+		total=0
+		for e in $SIZES; do total=$((total + (1 << e))); done
+		inodes=$((3 * total + 100000))
+		[ "$inodes" -ge 1200000 ] || inodes=1200000
+		truncate -s $((inodes * 7 / 1024 + 1))M "$img"
 		opt=()
 		[ "$kind" = linear ] && [ "${LINEAR_FILL:-}" != htree ] && opt=(-O ^dir_index)
-		mkfs.ext4 -q -F -N 1200000 "${opt[@]}" "$img"
+		mkfs.ext4 -q -F -N "$inodes" "${opt[@]}" "$img"
 		mount -o loop "$img" "$L"
 		remount() { umount "$L"; mount -o loop "$img" "$L"; }
 		;;
