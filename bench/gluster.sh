@@ -62,7 +62,9 @@ up() {
 			truncate -s "$size" "$w/brick.img"
 			# An inode per 8 KiB: a large-directory benchmark fills it
 			# with 2 KiB files.
-			mkfs.ext4 -q -F -i 8192 -E nodiscard,lazy_itable_init=0,lazy_journal_init=0 "$w/brick.img"
+			# $CAIRN_GLUSTER_MKFS: more options ("-O ^dir_index").
+			# shellcheck disable=SC2086
+			mkfs.ext4 -q -F -i 8192 -E nodiscard,lazy_itable_init=0,lazy_journal_init=0 ${CAIRN_GLUSTER_MKFS:-} "$w/brick.img"
 		fi
 		mount -o loop,nodiscard "$w/brick.img" "$w/fs" || die "cannot mount the brick image $w/brick.img at $w/fs"
 	fi

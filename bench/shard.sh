@@ -4,7 +4,8 @@
 # 2^0 .. 2^MAX numbered 2 KiB files, flat against sharded, over ext4 and
 # ext4 without dir_index (linear directories, as the seed had), each on a
 # loop device of its own, and a loopback GlusterFS volume of one brick
-# (bench/gluster.sh; KINDS=gluster). Three configurations per size: native (the
+# (bench/gluster.sh; KINDS=gluster, or gluster-linear: its brick's ext4
+# without dir_index). Three configurations per size: native (the
 # directory on the lower, no FUSE), cairn-flat (the same directory through
 # a shard mount, not sharded: what stacking alone costs) and cairn-shard
 # (sharded, hash, BUCKETS buckets). Each phase starts with the lower
@@ -81,7 +82,7 @@ ms() { python3 "$W/m.py" "$@"; }
 # the cairn daemon PID, and on GlusterFS its client and brick processes.
 daemons() {
 	local p=${1:-}
-	if [ "$kind" = gluster ]; then
+	if [[ $kind == gluster* ]]; then
 		p+=,$(pgrep -f "glusterfs .*$L\$" | tr '\n' ,)$(pgrep -f "glusterfsd .*--volfile-id $GLVOL\." | tr '\n' ,)
 	fi
 	echo "${p#,}"
@@ -107,14 +108,16 @@ for kind in ${KINDS:-htree linear}; do
 		mount -o loop "$img" "$L"
 		remount() { umount "$L"; mount -o loop "$img" "$L"; }
 		;;
-	gluster)
+	gluster | gluster-linear)
 		# A one-brick loopback volume (bench/gluster.sh); cold: client,
 		# brick process and the brick's ext4 all unmounted and mounted
-		# again.
-		bench/gluster.sh up "$GLVOL" "$L" 16G
+		# again. gluster-linear: the brick's ext4 without dir_index.
+		opt=""
+		[ "$kind" = gluster ] || opt="-O ^dir_index"
+		CAIRN_GLUSTER_MKFS=$opt bench/gluster.sh up "$GLVOL" "$L" 16G
 		remount() { bench/gluster.sh cold "$GLVOL" "$L" 2> /dev/null; }
 		;;
-	*) echo "shard.sh: unknown lower $kind (htree, linear, gluster)" >&2; exit 2 ;;
+	*) echo "shard.sh: unknown lower $kind (htree, linear, gluster, gluster-linear)" >&2; exit 2 ;;
 	esac
 	cat > "$W/$kind.toml" <<EOF
 mount = "top"
@@ -170,7 +173,7 @@ EOF
 		printf '%-7s %-6s 2^%-3d ls -f: %d names %.0f ms; find: %.0f ms\n' "$kind" "$phase" "$last" "$cnt" "$(echo "($t1 - $t0) * 1000" | bc)" "$(echo "($t2 - $t1) * 1000" | bc)"
 		if [ -n "$pid" ]; then umount "$M"; wait "$pid"; fi
 	done
-	if [ "$kind" = gluster ]; then bench/gluster.sh down "$GLVOL" "$L"; else
+	if [[ $kind == gluster* ]]; then bench/gluster.sh down "$GLVOL" "$L"; else
 		umount "$L"
 		rm -f "$img"
 	fi
