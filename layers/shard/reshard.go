@@ -255,6 +255,26 @@ func (fs *FS) reshard(ctx context.Context, path string, to Layout, j *Job, progr
 	return nil
 }
 
+// moveName renames from to to, which must not exist (EEXIST). A lower
+// that takes no renameat2 flags (GlusterFS's client says EINVAL) gets a
+// look and a plain rename: no one else makes names in a directory whose
+// write lock a resharding holds, in a lower the layer has claimed.
+func (fs *FS) moveName(ctx context.Context, from, to string) error {
+	if !fs.noRenameFlags.Load() {
+		err := fs.lower.Rename(ctx, from, to, unix.RENAME_NOREPLACE)
+		if !errors.Is(err, syscall.EINVAL) {
+			return err
+		}
+		fs.noRenameFlags.Store(true)
+	}
+	if _, err := fs.lower.Getattr(ctx, to); err == nil {
+		return syscall.EEXIST
+	} else if !errors.Is(err, syscall.ENOENT) {
+		return err
+	}
+	return fs.lower.Rename(ctx, from, to, 0)
+}
+
 // move moves names from lower directory src to their buckets, under ds's
 // write lock.
 func (fs *FS) move(ctx context.Context, ds *dirState, lp, src string, names []string) (int, error) {
@@ -265,14 +285,14 @@ func (fs *FS) move(ctx context.Context, ds *dirState, lp, src string, names []st
 	moved := 0
 	for _, name := range names {
 		b := join(lp, cur.BucketName(cur.Bucket(name)))
-		err := fs.lower.Rename(self, join(src, name), join(b, name), unix.RENAME_NOREPLACE)
+		err := fs.moveName(self, join(src, name), join(b, name))
 		if errors.Is(err, syscall.ENOENT) {
-			err = fs.mkbucket(ctx, lp, b)
+			err = fs.mkbucket(ctx, ds, lp, b)
 			ds.nlinkMu.Lock()
 			ds.nlink = -1 // counted the buckets
 			ds.nlinkMu.Unlock()
 			if err == nil {
-				err = fs.lower.Rename(self, join(src, name), join(b, name), unix.RENAME_NOREPLACE)
+				err = fs.moveName(self, join(src, name), join(b, name))
 			}
 		}
 		if errors.Is(err, syscall.ENOENT) {

@@ -18,6 +18,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"cairn/internal/mounttest"
+	"cairn/layer"
+	"cairn/layers/local"
 	"cairn/layers/shard"
 )
 
@@ -458,4 +460,41 @@ func TestReshardFullDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkDir(t, m.Path("spool"), filepath.Join(lower, "spool"), l, initial, w)
+}
+
+// noRenameFlags is a lower that refuses renameat2's flags, as GlusterFS's
+// client does (EINVAL).
+type noRenameFlags struct{ layer.Base }
+
+func (n *noRenameFlags) Rename(ctx context.Context, from, to string, flags uint32) error {
+	if flags != 0 {
+		return syscall.EINVAL
+	}
+	return n.Base.Rename(ctx, from, to, flags)
+}
+
+// TestReshardWithoutRenameFlags: over a lower that refuses
+// RENAME_NOREPLACE, a flat directory is converted and then grown all the
+// same, nothing lost or doubled.
+func TestReshardWithoutRenameFlags(t *testing.T) {
+	lower := t.TempDir()
+	initial := fillFlat(t, filepath.Join(lower, "spool"), 3000)
+	l, err := local.New(lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, err := shard.New(&noRenameFlags{layer.Base{Lower: l}}, shard.Config{Default: shard.Layout{Scheme: shard.Hash, Buckets: 8, Prefix: shard.DefaultPrefix}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { layer.CloseStack(fs) })
+	m := mounttest.Mount(t, fs)
+	w := &workload{model: map[string]string{}, uncertain: map[string]bool{}}
+	for _, b := range []int{8, 32} {
+		to := shard.Layout{Scheme: shard.Hash, Buckets: b, Prefix: shard.DefaultPrefix}
+		if err := fs.Reshard(context.Background(), "spool", to, nil); err != nil {
+			t.Fatal(err)
+		}
+		checkDir(t, m.Path("spool"), filepath.Join(lower, "spool"), to, initial, w)
+	}
 }

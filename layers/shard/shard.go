@@ -47,6 +47,8 @@ type FS struct {
 	dirs   map[string]*dirState // by path in this layer; see state
 	jobs   map[string]*Job      // resharding runs, by path
 	unlock func()
+
+	noRenameFlags atomic.Bool // the lower refused RENAME_NOREPLACE (see moveName)
 }
 
 // dirState is one directory's record, cached. Every operation that
@@ -60,6 +62,10 @@ type dirState struct {
 
 	nlinkMu sync.Mutex
 	nlink   int64 // the subdirectories' links, -1: not known
+
+	// attrMu orders the making of buckets and the changes of what they
+	// inherit (mkbucket, passOn).
+	attrMu sync.Mutex
 }
 
 func (ds *dirState) get() *State { return ds.st.Load() }
@@ -309,7 +315,7 @@ func (fs *FS) inBucket(ctx context.Context, r *res, op func() error) error {
 	if !errors.Is(err, syscall.ENOENT) || r.bucket == "" {
 		return err
 	}
-	err = fs.mkbucket(ctx, r.plow, r.bucket)
+	err = fs.mkbucket(ctx, r.parent, r.plow, r.bucket)
 	r.parent.nlinkMu.Lock()
 	r.parent.nlink = -1 // counted the buckets
 	r.parent.nlinkMu.Unlock()
@@ -319,27 +325,125 @@ func (fs *FS) inBucket(ctx context.Context, r *res, op func() error) error {
 	return op()
 }
 
-// mkbucket makes bucket directory b of directory lp, with lp's owner and
-// mode, so that whoever may create in the directory may in the bucket.
-func (fs *FS) mkbucket(ctx context.Context, lp, b string) error {
+// inherited are the attributes of a sharded directory that decide what
+// is made in it and who may make it, which its buckets carry as their
+// own: owner, group, mode (set-group-ID included) and the POSIX ACLs,
+// access and default. A new object in a bucket then gets from the lower
+// the group, set-group-ID bit, ACL and mode it would get in the directory
+// itself (see docs/shard.md).
+type inherited struct {
+	a    layer.Attr
+	acls map[string][]byte // by name; nil value: none
+}
+
+var aclNames = []string{"system.posix_acl_access", "system.posix_acl_default"}
+
+// inheritance reads what directory lp's buckets inherit from it.
+func (fs *FS) inheritance(ctx context.Context, lp string) (inherited, error) {
 	ctx = layer.AsSelf(ctx)
 	a, err := fs.lower.Getattr(ctx, lp)
 	if err != nil {
+		return inherited{}, err
+	}
+	in := inherited{a: a, acls: map[string][]byte{}}
+	for _, name := range aclNames {
+		buf := make([]byte, 256)
+		for {
+			n, err := fs.lower.Getxattr(ctx, lp, name, buf)
+			if errors.Is(err, syscall.ERANGE) && len(buf) < 1<<16 {
+				buf = make([]byte, 4*len(buf))
+				continue
+			}
+			if err == nil {
+				in.acls[name] = buf[:n]
+			}
+			break // none (ENODATA), or none the lower keeps
+		}
+	}
+	return in, nil
+}
+
+// inherit gives bucket b what it inherits (errors of a lower without
+// ACLs aside).
+func (fs *FS) inherit(ctx context.Context, b string, in inherited) error {
+	ctx = layer.AsSelf(ctx)
+	for _, name := range aclNames {
+		var err error
+		if v := in.acls[name]; v != nil {
+			err = fs.lower.Setxattr(ctx, b, name, v, 0)
+		} else {
+			err = fs.lower.Removexattr(ctx, b, name)
+		}
+		if err != nil && !errors.Is(err, syscall.ENODATA) && !errors.Is(err, syscall.EOPNOTSUPP) && !errors.Is(err, syscall.ENOTSUP) {
+			return err
+		}
+	}
+	// The mode last: it is what the access ACL's mask already says, and a
+	// chown clears no bit of a directory's before it.
+	set := &layer.SetAttr{Valid: layer.SetMode, Mode: in.a.Mode & 0o7777}
+	if unix.Geteuid() == 0 {
+		set.Valid |= layer.SetUid | layer.SetGid
+		set.Uid, set.Gid = in.a.Uid, in.a.Gid
+	}
+	_, err := fs.lower.Setattr(ctx, b, set)
+	return err
+}
+
+// mkbucket makes bucket directory b of directory lp (ds's), inheriting
+// lp's attributes, so that whoever may create in the directory may in the
+// bucket, and what they make is what it would be in the directory.
+func (fs *FS) mkbucket(ctx context.Context, ds *dirState, lp, b string) error {
+	ds.attrMu.Lock()
+	defer ds.attrMu.Unlock()
+	in, err := fs.inheritance(ctx, lp)
+	if err != nil {
 		return err
 	}
-	if _, err := fs.lower.Mkdir(ctx, b, a.Mode&0o7777); err != nil {
+	if _, err := fs.lower.Mkdir(layer.AsSelf(ctx), b, in.a.Mode&0o7777); err != nil {
 		if errors.Is(err, syscall.EEXIST) {
 			return nil
 		}
 		return err
 	}
-	in := &layer.SetAttr{Valid: layer.SetMode, Mode: a.Mode & 0o7777}
-	if unix.Geteuid() == 0 {
-		in.Valid |= layer.SetUid | layer.SetGid
-		in.Uid, in.Gid = a.Uid, a.Gid
+	return fs.inherit(ctx, b, in)
+}
+
+// passOn gives every existing bucket of directory path (lower lp) what it
+// inherits, after a change of it (chmod, chown, setfacl). A bucket being
+// made meanwhile (resharding makes them while the directory is in use)
+// read the directory before the change or after it: attrMu makes
+// mkbucket's read, mkdir and copy one step, so a bucket made with what
+// was there before exists by the time passOn lists them.
+func (fs *FS) passOn(ctx context.Context, path, lp string) error {
+	ds, err := fs.state(ctx, path, lp)
+	if err != nil {
+		return err
 	}
-	_, err = fs.lower.Setattr(ctx, b, in)
-	return err
+	ds.attrMu.Lock()
+	defer ds.attrMu.Unlock()
+	st := ds.get()
+	if st == nil {
+		return nil
+	}
+	in, err := fs.inheritance(ctx, lp)
+	if err != nil {
+		return nil // the change is made; the directory is gone since
+	}
+	for _, b := range buckets(st) {
+		if err := fs.inherit(ctx, join(lp, b), in); err != nil && !errors.Is(err, syscall.ENOENT) {
+			return fmt.Errorf("shard: %s: bucket %s keeps its old attributes: %w", path, b, err)
+		}
+	}
+	return nil
+}
+
+// passOnACL is passOn after a change of an ACL of path, if it is a
+// directory.
+func (fs *FS) passOnACL(ctx context.Context, path, lp string) error {
+	if a, err := fs.lower.Getattr(layer.AsSelf(ctx), lp); err != nil || !a.IsDir() {
+		return nil
+	}
+	return fs.passOn(ctx, path, lp)
 }
 
 // changed records a change of the names of r's directory: its times, which
@@ -425,18 +529,19 @@ func (fs *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (laye
 	}
 	defer r.done()
 	a, err := fs.lower.Setattr(ctx, r.lower, in)
-	if err != nil || !a.IsDir() || in.Valid&(layer.SetMode|layer.SetUid|layer.SetGid) == 0 {
+	if err != nil || !a.IsDir() {
 		return a, err
+	}
+	if in.Valid&(layer.SetMode|layer.SetUid|layer.SetGid) != 0 {
+		// Buckets follow the directory's owner and mode (and its ACL's
+		// mask, which chmod changes).
+		if err := fs.passOn(ctx, path, r.lower); err != nil {
+			return layer.Attr{}, err
+		}
 	}
 	ds, err := fs.state(ctx, path, r.lower)
-	if err != nil || ds.get() == nil {
-		return a, err
-	}
-	// Buckets follow the directory's owner and mode.
-	bin := *in
-	bin.Valid &= layer.SetMode | layer.SetUid | layer.SetGid
-	for _, b := range buckets(ds.get()) {
-		fs.lower.Setattr(layer.AsSelf(ctx), join(r.lower, b), &bin)
+	if err != nil {
+		return layer.Attr{}, err
 	}
 	return fs.dirAttr(ctx, ds, r.lower, a), nil
 }
@@ -687,8 +792,14 @@ func (fs *FS) Setxattr(ctx context.Context, path, name string, value []byte, fla
 		return err
 	}
 	defer r.done()
-	return fs.lower.Setxattr(ctx, r.lower, name, value, flags)
+	err = fs.lower.Setxattr(ctx, r.lower, name, value, flags)
+	if err != nil || !isACL(name) {
+		return err
+	}
+	return fs.passOnACL(ctx, path, r.lower)
 }
+
+func isACL(name string) bool { return name == aclNames[0] || name == aclNames[1] }
 
 func (fs *FS) Removexattr(ctx context.Context, path, name string) error {
 	if fs.meta.Owns(name) {
@@ -699,7 +810,11 @@ func (fs *FS) Removexattr(ctx context.Context, path, name string) error {
 		return err
 	}
 	defer r.done()
-	return fs.lower.Removexattr(ctx, r.lower, name)
+	err = fs.lower.Removexattr(ctx, r.lower, name)
+	if err != nil || !isACL(name) {
+		return err
+	}
+	return fs.passOnACL(ctx, path, r.lower)
 }
 
 func (fs *FS) Listxattr(ctx context.Context, path string, dest []byte) (int, error) {
