@@ -27,17 +27,20 @@
 #              to a directory; the disks grow to fit it)
 #   par4       4 parallel cold readers (dd) of 4 files of --size/4 MiB each:
 #              null over disk 1 against replica2 (least-outstanding), which
-#              spreads the four files over the two disks
+#              spreads the four files over the two disks; --cap MiBps
+#              caps each disk's reads (cgroup v1 blkio throttle on the loop
+#              devices, charged to the readers), so that the devices, not
+#              the CPU or the host's cache, are the limit; --only-par4
 #
 # Each figure is the median of --runs runs with its range, and its ratio to
 # null's; the 1-minute load average is printed with each measurement (the
 # machine is shared) and its median at the end.
 #
 # Usage: sudo bench/replica.sh [--runs N] [--size MiB] [--compile] [--resync] [--only-resync] [--resync-gib N]
-#                             [--configs a,b] [--out FILE.md]
+#                             [--configs a,b] [--cap MiBps] [--only-par4] [--out FILE.md]
 set -euo pipefail
 
-RUNS=3 SIZE=512 COMPILE=0 OUT= RESYNC=0 MAIN=1 CONFIGS="null replica2 replica3" PAR=1 GIB=0
+RUNS=3 SIZE=512 COMPILE=0 OUT= RESYNC=0 MAIN=1 CONFIGS="null replica2 replica3" PAR=1 GIB=0 CAP=0
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--runs) RUNS=$2; shift 2 ;;
@@ -45,10 +48,12 @@ while [ $# -gt 0 ]; do
 	--compile) COMPILE=1; shift ;;
 	--resync) RESYNC=1; shift ;;
 	--configs) CONFIGS=$(echo "$2" | tr , ' '); PAR=0; shift 2 ;;
-	--only-resync) RESYNC=1 MAIN=0; shift ;;
+	--only-resync) RESYNC=1 MAIN=0 PAR=0; shift ;;
 	--resync-gib) GIB=$2; RESYNC=1; shift 2 ;;
+	--cap) CAP=$2; shift 2 ;;
+	--only-par4) MAIN=0; shift ;;
 	--out) OUT=$2; shift 2 ;;
-	-h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,41p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "replica.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -72,6 +77,7 @@ disk() { # disk N: an ext4 image on a loop device, mounted at D$N
 	mount -o nodiscard "$loop" "$d"
 	echo "$d $loop $img" >>"/tmp/$TAG.disks"
 	eval "D$1=$d"
+	eval "L$1=$loop"
 }
 cleanup() {
 	set +e
@@ -82,6 +88,7 @@ cleanup() {
 		rm -f "/tmp/$TAG.disks"
 	fi
 	rm -rf "/tmp/$TAG-work"
+	[ -d "/sys/fs/cgroup/blkio/$TAG" ] && rmdir "/sys/fs/cgroup/blkio/$TAG"
 }
 trap cleanup EXIT
 # Disk 2 holds the replica and rsync's whole copy of the resync tree.
@@ -181,6 +188,7 @@ EOS
 		rec resync rsync-whole "$run" "$(echo "$t1 - $t0" | bc)"
 	done
 fi
+PRUNS=$RUNS
 [ "$MAIN" = 1 ] || RUNS=0
 WL="untar grep seqwrite"
 [ "$COMPILE" = 1 ] && WL="$WL compile"
@@ -208,15 +216,23 @@ done
 
 # par4: four readers, one file each.
 PER=$((SIZE / 4))
-[ "$PAR" = 1 ] || RUNS=0
-for run in $(seq 1 "$RUNS"); do
+# capped: move this (sub)shell into the throttled cgroup, if --cap.
+CG=/sys/fs/cgroup/blkio/$TAG
+capped() { if [ "$CAP" -gt 0 ]; then echo "$BASHPID" >"$CG/cgroup.procs"; fi; }
+if [ "$CAP" -gt 0 ] && [ "$PAR" = 1 ]; then
+	[ -d /sys/fs/cgroup/blkio ] || { echo "replica.sh: --cap needs the cgroup v1 blkio controller" >&2; exit 2; }
+	mkdir -p "$CG"
+	for l in "$L1" "$L2"; do echo "$(cat /sys/block/$(basename "$l")/dev) $((CAP * 1048576))" >"$CG/blkio.throttle.read_bps_device"; done
+fi
+[ "$PAR" = 1 ] || PRUNS=0
+for run in $(seq 1 "$PRUNS"); do
 	for c in null replica2lo; do
 		s=$(spec $c)
 		mnt "$s"
 		for i in 1 2 3 4; do dd if=/dev/urandom of="$MNT/f$i" bs=1M count="$PER" status=none; done
 		cold "$s"
 		t0=$(now)
-		for i in 1 2 3 4; do dd if="$MNT/f$i" of=/dev/null bs=1M status=none & done
+		for i in 1 2 3 4; do (capped; dd if="$MNT/f$i" of=/dev/null bs=1M status=none) & done
 		wait
 		t1=$(now)
 		rec par4 $c "$run" "$(echo "$SIZE / ($t1 - $t0)" | bc -l)"

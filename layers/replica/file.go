@@ -23,6 +23,7 @@ type file struct {
 	id    layer.ID  // the object's identity (the primary's), for fs.opens
 	pt    bool      // passed through (see opens.go)
 	ptw   bool      // opened to write, and passed through to replica rd
+	busy  int       // 1 + the replica whose outstanding count this open holds
 
 	mu sync.Mutex
 	lf []layer.File // by replica; nil where not open

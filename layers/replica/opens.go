@@ -130,6 +130,10 @@ func (fs *FS) opened(f *file) {
 	if f.pt {
 		o.pt = f.rd
 		o.ptN++
+		// Its reads go from the kernel to the replica, unseen: the open
+		// file stands for them in least-outstanding's count.
+		f.busy = f.rd + 1
+		fs.outstanding[f.rd].Add(1)
 	} else {
 		o.cached++
 	}
@@ -150,6 +154,10 @@ func (fs *FS) closed(f *file) {
 		}
 	}
 	fs.mu.Unlock()
+	if f.busy > 0 {
+		fs.outstanding[f.busy-1].Add(-1)
+		f.busy = 0
+	}
 	if f.ptw {
 		fs.intended(context.Background())
 	}
