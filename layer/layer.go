@@ -262,14 +262,19 @@ func Walk(fs FS, fn func(FS)) {
 	walk(fs)
 }
 
-// CloseStack closes fs and every layer below it, bottom first.
+// CloseStack closes fs and every layer below it, each before its lowers
+// (a layer that shares a lower with another, before both), so that a
+// layer's Close may still use its lowers: release the files it keeps open
+// there, or write a last record (replica seals its replicas).
 func CloseStack(fs FS) error {
+	var order []FS
+	Walk(fs, func(f FS) { order = append(order, f) })
 	var errs []error
-	Walk(fs, func(f FS) {
-		if err := f.Close(); err != nil {
+	for i := len(order) - 1; i >= 0; i-- {
+		if err := order[i].Close(); err != nil {
 			errs = append(errs, err)
 		}
-	})
+	}
 	return errors.Join(errs...)
 }
 

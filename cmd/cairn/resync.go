@@ -29,7 +29,8 @@ each degraded replica (one that failed, or missed changes while another
 was mounted without it) gets from the first healthy replica what changed
 while it was away, as the dirty log on the healthy replicas records it,
 verified by size, modification time and a hash of the contents. Only what
-changed is copied. A resync that stops (a crash, ^C) resumes where it
+changed is copied. A replica changed outside cairn since its last clean
+unmount (found here first, or by a mount) is compared in full instead. A resync that stops (a crash, ^C) resumes where it
 stopped when run again. It refuses a stack that is mounted: unmount it
 first.
 

@@ -191,13 +191,18 @@ func (fs *FS) forgetMarks(path string) {
 // ---- the replica set's state --------------------------------------------------
 
 // state is kept at the root of every replica (side data "state"): the set
-// it belongs to, a generation bumped at each change of state, and the
-// replicas degraded at that generation.
+// it belongs to, a generation bumped at each change of state, the replicas
+// degraded at that generation, and those of them found changed outside
+// cairn (resync compares them in full). A replica unmounted cleanly has its
+// own seal in it (seal.go); fs.state never has one, so every write of the
+// state during a mount or a resync removes the seals.
 type state struct {
 	Set      string `json:"set"`
 	N        int    `json:"n"`
 	Gen      uint64 `json:"gen"`
 	Degraded uint32 `json:"degraded"`
+	Diverged uint32 `json:"diverged,omitempty"`
+	Seal     *seal  `json:"seal,omitempty"`
 }
 
 const keyState = "state"
@@ -261,12 +266,45 @@ func (fs *FS) Claim(ctx context.Context) error {
 	if err := fs.load(ctx, true); err != nil {
 		return err
 	}
+	var c *check
+	if fs.o.Verify {
+		var noSeal []int
+		var err error
+		if c, noSeal, err = fs.prepare(ctx); err != nil {
+			return err
+		}
+		for _, i := range noSeal {
+			if !fs.first {
+				fs.log.Warn("replica: a replica has no seal (its last mount or resync did not end cleanly: a crash, kill -9): changes made to it outside cairn meanwhile cannot be told from cairn's own and are not looked for; 'cairn resync --full SPEC' compares every replica in full",
+					"replica", i+1, "dir", layer.LowerDir(fs.r[i]))
+			}
+		}
+	}
+	// The seals go before anything changes: a crash from now on leaves
+	// none. (A replica that cannot be written, a read-only lower, keeps
+	// its seal, and nothing changes it through cairn either.)
+	fs.mu.Lock()
+	err := fs.saveState(layer.AsSelf(ctx))
+	fs.mu.Unlock()
+	if err != nil {
+		fs.log.Warn("replica: the replicas' seals could not be removed", "err", err)
+	}
+	if c != nil {
+		fs.begin(ctx, c)
+	}
 	if fs.o.ResyncAtMount && fs.degraded.Load() != 0 {
 		st, err := fs.ResyncStats(ctx, false, nil)
 		if err != nil {
 			return err
 		}
 		fs.log.Info("replica: resynchronised at mount", "copied", st.Copied, "removed", st.Removed, "bytes", st.Bytes)
+	}
+	if c != nil {
+		vctx, cancel := context.WithCancel(context.Background())
+		fs.mu.Lock()
+		fs.cancel = cancel
+		fs.mu.Unlock()
+		fs.verify(vctx, c, true)
 	}
 	return nil
 }
@@ -301,6 +339,7 @@ func (fs *FS) lock(ctx context.Context) error {
 func (fs *FS) load(ctx context.Context, report bool) error {
 	ctx = layer.AsSelf(ctx)
 	sts := make([]state, len(fs.r))
+	fs.seals = make([]*seal, len(fs.r))
 	have := 0
 	newest := -1
 	for i := range fs.r {
@@ -308,6 +347,7 @@ func (fs *FS) load(ctx context.Context, report bool) error {
 		switch {
 		case err == nil:
 			sts[i] = s
+			fs.seals[i] = s.Seal
 			have++
 			if newest < 0 || s.Gen > sts[newest].Gen {
 				newest = i
@@ -317,6 +357,7 @@ func (fs *FS) load(ctx context.Context, report bool) error {
 			return fmt.Errorf("replica: reading replica %d's state: %w", i+1, err)
 		}
 	}
+	fs.first = have == 0
 	if have == 0 {
 		if diffs := fs.compareTrees(ctx, 0, 5); len(diffs) > 0 {
 			return &DivergedError{fmt.Sprintf("replica: the replicas differ at their first mount:\n  %s\nrun 'cairn resync --full SPEC' to make every replica a copy of replica 1, then mount again",
@@ -344,13 +385,17 @@ func (fs *FS) load(ctx context.Context, report bool) error {
 	}
 	fs.mu.Lock()
 	fs.state = set
+	fs.state.Seal = nil
 	fs.degraded.Store(d)
 	if d != 0 {
 		fs.epoch.Add(1)
 	}
 	fs.mu.Unlock()
 	for i := range fs.r {
-		if report && d&(1<<i) != 0 {
+		if report && d&(1<<i) != 0 && set.Diverged&(1<<i) != 0 {
+			fs.log.Error("replica: a replica is degraded (it was changed outside cairn): run 'cairn resync SPEC' to make it a copy of the first healthy replica (it compares it in full)",
+				"replica", i+1, "dir", layer.LowerDir(fs.r[i]))
+		} else if report && d&(1<<i) != 0 {
 			fs.log.Error("replica: a replica is degraded (it missed changes): run 'cairn resync SPEC' to bring it back",
 				"replica", i+1, "dir", layer.LowerDir(fs.r[i]))
 		}

@@ -61,6 +61,8 @@ func init() {
 				Help: "read-only files smaller than this are read from the primary replica, which answered their lookup; the policy spreads the larger ones (0: every file)"},
 			{Name: "resync", Kind: registry.Bool, Default: false,
 				Help: "bring degraded replicas back at mount (as 'cairn resync' does) before serving"},
+			{Name: "verify", Kind: registry.Bool, Default: true,
+				Help: "at mount and at 'cairn resync', look for changes made to the replicas outside cairn since their last clean unmount (one stat per object, in the background; reads stay on the primary until a replica is checked) and degrade a replica found changed"},
 		},
 		Explain: func(v registry.Values, over []string) []string {
 			return []string{fmt.Sprintf("replicas: %s (reads: %s; changes: all)", strings.Join(over, ", "), v.String("policy"))}
@@ -77,7 +79,7 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			return New(l, Options{Policy: p, Timeout: o.Duration("timeout"), NoPassthrough: !o.Bool("passthrough"), ResyncAtMount: o.Bool("resync"), BalanceSize: o.Int("balance_size")})
+			return New(l, Options{Policy: p, Timeout: o.Duration("timeout"), NoPassthrough: !o.Bool("passthrough"), ResyncAtMount: o.Bool("resync"), BalanceSize: o.Int("balance_size"), Verify: o.Bool("verify")})
 		},
 	})
 }

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -74,6 +75,9 @@ type Options struct {
 	// primary, which answered their lookup; the policy balances the
 	// larger ones (0: every file).
 	BalanceSize int64
+	// Verify: at mount (Claim), look for changes made to the replicas
+	// outside cairn since their last clean unmount (seal.go).
+	Verify bool
 }
 
 // DefaultBalanceSize is BalanceSize unless the spec says otherwise: see
@@ -113,6 +117,13 @@ type FS struct {
 	rootAt    atomic.Int64       // when the replicas' directories were last checked (checkRoots)
 	rootEvery time.Duration      // at most this often
 	stop      chan struct{}      // stops the watchdog
+
+	// The check for changes made outside cairn (seal.go).
+	seals      []*seal            // by replica, as load found them
+	first      bool               // load found no state: a first mount
+	unverified atomic.Uint32      // bit i: replica i not checked yet (no reads)
+	cancel     context.CancelFunc // stops the check
+	checking   sync.WaitGroup     // the check under way
 }
 
 // New builds a replica layer over lowers. It checks nothing on the
@@ -158,10 +169,19 @@ var _ layer.FS = (*FS)(nil)
 func (fs *FS) Lowers() []layer.FS     { return fs.r }
 func (fs *FS) Changes() layer.Changes { return layer.ChangesPlacement }
 
-// Close releases the locks Claim took.
+// Close seals the replicas (seal.go) and releases the locks Claim took.
 func (fs *FS) Close() error {
 	fs.mu.Lock()
+	cancel := fs.cancel
+	fs.cancel = nil
+	fs.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	fs.checking.Wait()
+	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	fs.sealAll(context.Background())
 	if fs.stop != nil {
 		close(fs.stop)
 		fs.stop = nil
@@ -405,9 +425,17 @@ func (fs *FS) call(i int, fn func() error) error {
 	return err
 }
 
-// pick chooses the replica for a read, by the policy.
+// pick chooses the replica for a read, by the policy, among the healthy
+// replicas checked for changes made outside cairn (the primary while none
+// is).
 func (fs *FS) pick() int {
 	h := fs.healthy()
+	if u := fs.unverified.Load(); u != 0 {
+		h = slices.DeleteFunc(h, func(i int) bool { return u&(1<<i) != 0 })
+		if len(h) == 0 {
+			return fs.primary()
+		}
+	}
 	if len(h) == 0 {
 		return 0
 	}

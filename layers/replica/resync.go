@@ -23,6 +23,9 @@ type Stats struct {
 	Renamed int64 // objects renamed on the target (a directory with all in it)
 	Bytes   int64 // bytes of file data copied
 	Checked int64 // objects compared
+	// Diverged says which replicas were found changed outside cairn (one
+	// line each), before the resync compared them in full.
+	Diverged []string
 }
 
 // Progress is told how many objects were compared, out of how many (a full
@@ -33,7 +36,11 @@ type Progress func(done, total int64)
 // one line.
 func (fs *FS) Resync(ctx context.Context, full bool, progress func(done, total int64)) (string, error) {
 	st, err := fs.ResyncStats(ctx, full, progress)
-	return fmt.Sprintf("replica: %d objects compared, %d copied (%d bytes), %d renamed, %d removed; replicas degraded now: %s",
+	pre := ""
+	for _, m := range st.Diverged {
+		pre += "replica: " + m + "\n"
+	}
+	return pre + fmt.Sprintf("replica: %d objects compared, %d copied (%d bytes), %d renamed, %d removed; replicas degraded now: %s",
 		st.Checked, st.Copied, st.Bytes, st.Renamed, st.Removed, fs.degradedText()), err
 }
 
@@ -66,10 +73,27 @@ func (fs *FS) ResyncStats(ctx context.Context, full bool, progress Progress) (St
 	}
 	err := fs.load(ctx, false)
 	var de *DivergedError
+	if fs.o.Verify && err == nil {
+		// Changes made outside cairn since the last clean unmount: the
+		// replicas found changed are degraded and compared in full.
+		c, _, err := fs.prepare(ctx)
+		if err != nil {
+			return st, err
+		}
+		st.Diverged = fs.verify(ctx, c, false)
+	}
 	if errors.As(err, &de) && full {
 		err = nil
 		fs.degraded.Store(0)
 	}
+	if err != nil {
+		return st, err
+	}
+	// The seals go before anything changes (a resync that stops leaves
+	// none).
+	fs.mu.Lock()
+	err = fs.saveState(ctx)
+	fs.mu.Unlock()
 	if err != nil {
 		return st, err
 	}
@@ -82,14 +106,14 @@ func (fs *FS) ResyncStats(ctx context.Context, full bool, progress Progress) (St
 		fs.degraded.Store(targets)
 	}
 	var total int64
-	if full && progress != nil {
+	if (full || fs.state.Diverged&targets != 0) && progress != nil {
 		total = count(ctx, fs.r[src], "")
 	}
 	for k := range fs.r {
 		if k == src || targets&(1<<k) == 0 {
 			continue
 		}
-		r := &resyncer{fs: fs, src: src, k: k, full: full, st: &st, links: map[layer.ID]string{}, progress: progress, total: total, from: map[string]bool{}}
+		r := &resyncer{fs: fs, src: src, k: k, full: full || fs.state.Diverged&(1<<k) != 0, st: &st, links: map[layer.ID]string{}, progress: progress, total: total, from: map[string]bool{}}
 		if err := r.moves(ctx); err != nil {
 			return st, fmt.Errorf("replica: resync of replica %d from replica %d: %w", k+1, src+1, err)
 		}
@@ -98,6 +122,7 @@ func (fs *FS) ResyncStats(ctx context.Context, full bool, progress Progress) (St
 		}
 		fs.mu.Lock()
 		fs.degraded.Store(fs.degraded.Load() &^ (1 << k))
+		fs.state.Diverged &^= 1 << k
 		if fs.state.Set == "" {
 			fs.state = state{Set: newSetID(), N: len(fs.r)}
 		}
