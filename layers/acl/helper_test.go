@@ -27,6 +27,16 @@ import (
 // "err ERRNO".
 const helperEnv = "CAIRN_ACL_HELPER"
 
+// init locks the helper's main goroutine to the main thread (LockOSThread in
+// an init function does that; in TestMain it locks whichever thread the
+// goroutine is on by then), so that the thread "comm" renames is the one
+// /proc/PID/task/PID shows, and the one every request comes from.
+func init() {
+	if os.Getenv(helperEnv) != "" {
+		runtime.LockOSThread()
+	}
+}
+
 func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		helper()
