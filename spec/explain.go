@@ -92,6 +92,18 @@ func whyNot(who, keep []string) string {
 // from the kernel: why`.
 func (s *Spec) keepers(name string) []string {
 	var out []string
+	s.below(name, func(n string, l *Layer) bool {
+		if why := s.keeps(l); why != "" {
+			out = append(out, fmt.Sprintf("%q (%s) keeps its files from the kernel: %s", n, l.Type, why))
+		}
+		return true
+	})
+	return out
+}
+
+// below calls visit for each layer at or below name, once each, top down;
+// visit says whether to go on below the layer.
+func (s *Spec) below(name string, visit func(n string, l *Layer) bool) {
 	seen := map[string]bool{}
 	var walk func(string)
 	walk = func(n string) {
@@ -100,15 +112,14 @@ func (s *Spec) keepers(name string) []string {
 			return
 		}
 		seen[n] = true
-		if why := s.keeps(l); why != "" {
-			out = append(out, fmt.Sprintf("%q (%s) keeps its files from the kernel: %s", n, l.Type, why))
+		if !visit(n, l) {
+			return
 		}
 		for _, o := range l.Over {
 			walk(o)
 		}
 	}
 	walk(name)
-	return out
 }
 
 // keeps is why l keeps its files from the kernel though it changes no
@@ -131,22 +142,12 @@ func changersText(who []string) string {
 // `"name" (type)`.
 func (s *Spec) dataChangers(name string) []string {
 	var out []string
-	seen := map[string]bool{}
-	var walk func(string)
-	walk = func(n string) {
-		l := s.Layers[n]
-		if l == nil || seen[n] {
-			return
-		}
-		seen[n] = true
+	s.below(name, func(n string, l *Layer) bool {
 		if l.t != nil && l.t.Changes&layer.ChangesData != 0 {
 			out = append(out, fmt.Sprintf("%q (%s)", n, l.Type))
 		}
-		for _, o := range l.Over {
-			walk(o)
-		}
-	}
-	walk(name)
+		return true
+	})
 	return out
 }
 
@@ -190,23 +191,16 @@ func (s *Spec) clearPath(name string) bool {
 // or placement, or that has several lowers, and does not find by identity.
 func (s *Spec) cannotFind(name string) []string {
 	var out []string
-	seen := map[string]bool{}
-	var walk func(string)
-	walk = func(n string) {
-		l := s.Layers[n]
-		if l == nil || l.t == nil || seen[n] {
-			return
+	s.below(name, func(n string, l *Layer) bool {
+		if l.t == nil {
+			return false
 		}
-		seen[n] = true
 		if !l.t.Finds && (len(l.Over) != 1 || l.t.Changes&(layer.ChangesNames|layer.ChangesPlacement) != 0) {
 			out = append(out, fmt.Sprintf("layer %q (%s)", n, l.Type))
-			return
+			return false
 		}
-		for _, o := range l.Over {
-			walk(o)
-		}
-	}
-	walk(name)
+		return true
+	})
 	return out
 }
 
@@ -217,23 +211,13 @@ func (s *Spec) lacks(name string) (r struct {
 	caps layer.FSCaps
 	who  []string
 }) {
-	seen := map[string]bool{}
-	var walk func(string)
-	walk = func(n string) {
-		l := s.Layers[n]
-		if l == nil || seen[n] {
-			return
-		}
-		seen[n] = true
+	s.below(name, func(n string, l *Layer) bool {
 		if l.t != nil && l.t.Lacks != 0 {
 			r.caps |= l.t.Lacks
 			r.who = append(r.who, fmt.Sprintf("%q (%s)", n, l.Type))
 		}
-		for _, o := range l.Over {
-			walk(o)
-		}
-	}
-	walk(name)
+		return true
+	})
 	return
 }
 
