@@ -991,8 +991,10 @@ func (s *state) slot() slot {
 // writeLower writes all of b at off in the lower file: a short count is an
 // error even when the lower gives no reason (the application gets EIO).
 // With flush (and outside a settle, which goes down the links of a chain
-// one after the other: see Engine.Settle), the write is done when the lower has written it: a lower
-// that keeps writes in memory (the next codec link of a chain) is flushed,
+// one after the other: see Engine.Settle), the write is done when the
+// lower has written it: a lower that is not the kernel's file (no
+// layer.CapPassthrough) and may keep writes in memory (the next codec link
+// of a chain) is flushed,
 // so that its errors (a full disk) come here, before the caller commits
 // what it wrote (a record to the index), not later, when the lower writes
 // it out. Headers are written without (a header that does not reach the
@@ -1004,7 +1006,7 @@ func (s *state) writeLower(ctx context.Context, b []byte, off int64, flush bool)
 	if err == nil && n < len(b) {
 		err = fmt.Errorf("codec: %s: short write to the lower file: %d of %d bytes at %d", s.path, n, len(b), off)
 	}
-	if err == nil && flush && ctx.Value(settling{}) == nil {
+	if err == nil && flush && s.lower.Caps()&layer.CapPassthrough == 0 && ctx.Value(settling{}) == nil {
 		err = s.lower.Flush(ctx)
 	}
 	if err != nil {
