@@ -669,7 +669,10 @@ func TestSecondStackLeavesConversion(t *testing.T) {
 	}
 	m := mounttest.Mount(t, fs)
 	p := filepath.Join(m.Dir, "f")
-	want := data(1 << 20)
+	// Large enough that the conversion lasts (the fault layer does not
+	// delay the stack's own fsync: layer.AsSelf): a 1 MiB file was
+	// converted between two looks for its new file, now and then.
+	want := data(32 << 20)
 	if err := os.WriteFile(p, want, 0o644); err != nil {
 		t.Fatal(err)
 	}
