@@ -290,6 +290,14 @@ func (n *node) getattr(ctx context.Context, f fs.FileHandle) (layer.Attr, syscal
 		return layer.Attr{}, syscall.ENOENT
 	}
 	a, err := n.st.top.Getattr(callerCtx(ctx), p)
+	if err == nil && n.st.xattrReplaces && a.ID() != n.id {
+		// p names another object now: one a layer put there in the
+		// node's place (a conversion of layers/chains). ESTALE makes
+		// the kernel look the name up again. (Only under such a layer:
+		// replica's identities are its primary's, which a failover
+		// changes.)
+		return layer.Attr{}, syscall.ESTALE
+	}
 	return a, n.st.errno("getattr", p, err)
 }
 
@@ -434,6 +442,15 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	lf, err := n.st.top.Open(callerCtx(ctx), p, int(flags))
 	if err != nil {
 		return nil, 0, n.st.errno("open", p, err)
+	}
+	if !n.st.xattrReplaces {
+	} else if a, err := lf.Getattr(callerCtx(ctx)); err == nil && a.ID() != n.id {
+		// p names another file than the node's (see getattr): its bytes
+		// must not be served as the node's, nor its backing file given
+		// to an inode that has one (the kernel fails such an open with
+		// EIO).
+		lf.Release(callerCtx(ctx))
+		return nil, 0, syscall.ESTALE
 	}
 	if flags&syscall.O_ACCMODE != syscall.O_WRONLY && n.st.atime.Mode != layer.NoAtime && !n.st.passes(lf.Caps()) {
 		// The kernel may serve this file's reads from its page cache,

@@ -38,10 +38,12 @@ type Transform interface {
 	Stat(ctx context.Context, path string, a *Attr) error
 	// Truncate sets the presented size of the file at path.
 	Truncate(ctx context.Context, path, name string, size int64) error
-	// Settle writes out what the open files of path hold in memory, before
-	// a change of the stored file that a later write of the transform
-	// would undo (its times, a file capability).
-	Settle(ctx context.Context, path string) error
+	// Settle writes out what the open files of the stored file id hold in
+	// memory, before a change of it that a later write of the transform
+	// would undo (its times, a file capability). By identity, not by path:
+	// a settle may run after a rename (a release is asynchronous), when
+	// the path names another file, which may not even be the transform's.
+	Settle(ctx context.Context, id ID) error
 	// Forget says that the stored file id has lost its last name: the
 	// transform must not keep it open.
 	Forget(ctx context.Context, id ID)
@@ -139,11 +141,16 @@ func (fs *Transformed) Getattr(ctx context.Context, path string) (Attr, error) {
 	if fs.reserved(path) {
 		return Attr{}, syscall.ENOENT
 	}
-	a, err := fs.Lower.Getattr(ctx, path)
-	if err != nil {
-		return a, err
+	for try := 0; ; try++ {
+		a, err := fs.Lower.Getattr(ctx, path)
+		if err != nil {
+			return a, err
+		}
+		// ESTALE: path was renamed over between the two looks.
+		if err = fs.stat(ctx, path, &a); err != syscall.ESTALE || try == 2 {
+			return a, err
+		}
 	}
-	return a, fs.stat(ctx, path, &a)
 }
 
 func (fs *Transformed) Open(ctx context.Context, path string, flags int) (File, error) {
@@ -214,7 +221,7 @@ func (fs *Transformed) Setattr(ctx context.Context, path string, in *SetAttr) (A
 		in = &rest
 	}
 	if in.Valid&setTimes != 0 {
-		if err := fs.T.Settle(ctx, path); err != nil {
+		if err := fs.settle(ctx, path); err != nil {
 			return Attr{}, err
 		}
 	}
@@ -231,11 +238,20 @@ func (fs *Transformed) Setattr(ctx context.Context, path string, in *SetAttr) (A
 // setcap(8) just set.
 func (fs *Transformed) Setxattr(ctx context.Context, path, name string, value []byte, flags int) error {
 	if name == "security.capability" {
-		if err := fs.T.Settle(ctx, path); err != nil {
+		if err := fs.settle(ctx, path); err != nil {
 			return err
 		}
 	}
 	return fs.Lower.Setxattr(ctx, path, name, value, flags)
+}
+
+// settle settles the stored regular file at path (Transform.Settle).
+func (fs *Transformed) settle(ctx context.Context, path string) error {
+	a, err := fs.Lower.Getattr(ctx, path)
+	if err != nil || !a.IsRegular() {
+		return nil // the lower operation will say what is wrong
+	}
+	return fs.T.Settle(ctx, a.ID())
 }
 
 func (fs *Transformed) Mkdir(ctx context.Context, path string, mode uint32) (Attr, error) {

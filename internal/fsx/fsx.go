@@ -6,8 +6,9 @@
 // through O_APPEND descriptors, truncates down and up, renames between the
 // files, close and reopen, fsync, size checks, and optionally mmap reads and
 // writes and hole punching. A failure prints the seed and the last
-// operations; CAIRN_FSX_SEED replays a seed and CAIRN_FSX_OPS changes the
-// number of operations.
+// operations; CAIRN_FSX_SEED replays a seed, CAIRN_FSX_OPS changes the
+// number of operations and CAIRN_FSX_LOG=all prints every operation kept
+// (not only the last 30) on a failure.
 package fsx
 
 import (
@@ -123,6 +124,9 @@ func Run(t testing.TB, c Config) {
 func (r *runner) fail(f string, a ...any) {
 	r.t.Helper()
 	start := max(0, len(r.log)-30)
+	if os.Getenv("CAIRN_FSX_LOG") == "all" {
+		start = 0
+	}
 	r.t.Fatalf("fsx: seed %d, operation %d: %s\nlast operations:\n  %s",
 		r.c.Seed, r.n, fmt.Sprintf(f, a...), joinLines(r.log[start:]))
 }

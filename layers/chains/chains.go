@@ -68,6 +68,14 @@ type FS struct {
 	writers map[layer.ID]int
 	wcond   *sync.Cond
 	conv    sync.Mutex // one conversion at a time
+	// swap keeps a path naming one file while an operation reads the
+	// file's record and acts through the chain it names (read lock):
+	// what replaces or removes a file at a path (a rename, an unlink, the
+	// rename that ends a conversion, a link record made on a file) takes
+	// it for writing. Without it, an operation could read one file's
+	// chain and open another through it: two engines would keep states of
+	// one stored file, and their writes would corrupt it.
+	swap    sync.RWMutex
 	sizes   linkSizes  // the presented sizes of transformation links
 	views   viewBudget // the memory views of links hold
 	release func()     // lets go of the claim on the lower (Claim)
@@ -258,9 +266,11 @@ func (c *chain) stat(ctx context.Context, p string, a *layer.Attr) error {
 	return nil
 }
 
-func (c *chain) settle(ctx context.Context, p string) error {
+// settle settles the stored file id in every link, top first (each
+// writes what the one above left in it).
+func (c *chain) settle(ctx context.Context, id layer.ID) error {
 	for _, t := range c.ts {
-		if err := t.Settle(ctx, p); err != nil {
+		if err := t.Settle(ctx, id); err != nil {
 			return err
 		}
 	}
@@ -369,37 +379,57 @@ func (fs *FS) cleanTmp(ctx context.Context) []string {
 
 // ---- path operations -------------------------------------------------------
 
-func (fs *FS) stat(ctx context.Context, p string, a *layer.Attr) {
+// stat turns the lower attributes a of the object at p into the
+// presented ones; fs.swap is held. It fails only when p no longer names
+// the file of a (a rename since a was taken): a listing then leaves the
+// attributes to a lookup.
+func (fs *FS) stat(ctx context.Context, p string, a *layer.Attr) error {
 	if !a.IsRegular() {
-		return
+		return nil
 	}
 	names, l, err := fs.readRecord(ctx, p)
 	if err != nil || (names == nil && l == nil) {
-		return // the lower's bytes; opening says what is wrong
+		return nil // the lower's bytes; opening says what is wrong
 	}
 	if l != nil {
 		fs.statLink(ctx, p, l, a)
-		return
+		return nil
 	}
 	c, err := fs.chainOf(names)
 	if err != nil {
-		return
+		return nil
 	}
 	if err := c.stat(ctx, p, a); err != nil {
+		if err == syscall.ESTALE {
+			return err
+		}
 		fs.log.Warn("chains: cannot size the file", "path", p, "err", err)
 	}
+	return nil
 }
 
 func (fs *FS) Getattr(ctx context.Context, p string) (layer.Attr, error) {
 	if fs.reserved(p) {
 		return layer.Attr{}, syscall.ENOENT
 	}
-	a, err := fs.Lower.Getattr(ctx, p)
-	if err != nil {
-		return a, err
+	fs.swap.RLock()
+	defer fs.swap.RUnlock()
+	return fs.getattr(ctx, p)
+}
+
+// getattr is Getattr; fs.swap is held.
+func (fs *FS) getattr(ctx context.Context, p string) (layer.Attr, error) {
+	for try := 0; ; try++ {
+		a, err := fs.Lower.Getattr(ctx, p)
+		if err != nil {
+			return a, err
+		}
+		// ESTALE: the lower changed between the two looks (not through
+		// this layer, which holds fs.swap).
+		if err = fs.stat(ctx, p, &a); err != syscall.ESTALE || try == 2 {
+			return a, err
+		}
 	}
-	fs.stat(ctx, p, &a)
-	return a, nil
 }
 
 func (fs *FS) ReadDir(ctx context.Context, p string, plus bool) ([]layer.DirEntry, error) {
@@ -424,7 +454,12 @@ func (fs *FS) OpenDir(ctx context.Context, p string) (layer.Dir, error) {
 			return false, nil
 		}
 		if e.Attr != nil {
-			fs.stat(ctx, q, e.Attr)
+			fs.swap.RLock()
+			err := fs.stat(ctx, q, e.Attr)
+			fs.swap.RUnlock()
+			if err != nil {
+				e.Attr = nil // renamed since it was listed: the kernel will ask with a lookup
+			}
 		}
 		return true, nil
 	}), nil
@@ -434,6 +469,13 @@ func (fs *FS) Open(ctx context.Context, p string, flags int) (layer.File, error)
 	if fs.reserved(p) {
 		return nil, syscall.ENOENT
 	}
+	fs.swap.RLock()
+	defer fs.swap.RUnlock()
+	return fs.open(ctx, p, flags)
+}
+
+// open is Open; fs.swap is held.
+func (fs *FS) open(ctx context.Context, p string, flags int) (layer.File, error) {
 	names, l, err := fs.readRecord(ctx, p)
 	if err != nil {
 		return nil, err
@@ -454,7 +496,7 @@ func (fs *FS) Open(ctx context.Context, p string, flags int) (layer.File, error)
 	if err != nil {
 		return nil, err
 	}
-	return fs.wrap(ctx, f, flags, c, p), nil
+	return fs.wrap(ctx, f, flags, c), nil
 }
 
 func (fs *FS) Create(ctx context.Context, p string, flags int, mode uint32) (layer.File, layer.Attr, error) {
@@ -466,6 +508,8 @@ func (fs *FS) Create(ctx context.Context, p string, flags int, mode uint32) (lay
 	if err != nil {
 		return nil, layer.Attr{}, err
 	}
+	fs.swap.RLock()
+	defer fs.swap.RUnlock()
 	// O_EXCL: an existing file keeps its own chain (or link), and is
 	// opened as such below, never written as the rule would store it.
 	var f layer.File
@@ -476,7 +520,7 @@ func (fs *FS) Create(ctx context.Context, p string, flags int, mode uint32) (lay
 		f, a, err = c.ts[0].Create(ctx, p, p, flags|unix.O_EXCL, mode)
 	}
 	if err == syscall.EEXIST && flags&unix.O_EXCL == 0 {
-		f, err := fs.Open(ctx, p, flags&^unix.O_CREAT)
+		f, err := fs.open(ctx, p, flags&^unix.O_CREAT)
 		if err != nil {
 			return nil, layer.Attr{}, err
 		}
@@ -491,7 +535,7 @@ func (fs *FS) Create(ctx context.Context, p string, flags int, mode uint32) (lay
 		return nil, a, err
 	}
 	if c == nil {
-		return fs.wrap(ctx, f, flags, nil, p), a, nil
+		return fs.wrap(ctx, f, flags, nil), a, nil
 	}
 	// The record before the application can write a byte: a crash in
 	// between leaves an empty unguarded file.
@@ -500,10 +544,12 @@ func (fs *FS) Create(ctx context.Context, p string, flags int, mode uint32) (lay
 		fs.Lower.Unlink(layer.AsSelf(ctx), p)
 		return nil, layer.Attr{}, fmt.Errorf("chains: recording the chain of /%s: %w", p, err)
 	}
-	return fs.wrap(ctx, f, flags, c, p), a, nil
+	return fs.wrap(ctx, f, flags, c), a, nil
 }
 
 func (fs *FS) Setattr(ctx context.Context, p string, in *layer.SetAttr) (layer.Attr, error) {
+	fs.swap.RLock()
+	defer fs.swap.RUnlock()
 	if in.Valid&(layer.SetSize|setTimes) != 0 {
 		a, err := fs.Lower.Getattr(ctx, p)
 		if err != nil {
@@ -529,12 +575,12 @@ func (fs *FS) Setattr(ctx context.Context, p string, in *layer.SetAttr) (layer.A
 					rest := *in
 					rest.Valid &^= layer.SetSize
 					if rest.Valid == 0 {
-						return fs.Getattr(ctx, p)
+						return fs.getattr(ctx, p)
 					}
 					in = &rest
 				}
 				if in.Valid&setTimes != 0 {
-					if err := c.settle(ctx, p); err != nil {
+					if err := c.settle(ctx, a.ID()); err != nil {
 						return layer.Attr{}, err
 					}
 				}
@@ -584,6 +630,8 @@ func (fs *FS) Link(ctx context.Context, oldpath, newpath string) (layer.Attr, er
 	if fs.reserved(oldpath) || fs.reserved(newpath) {
 		return layer.Attr{}, syscall.EPERM
 	}
+	fs.swap.RLock()
+	defer fs.swap.RUnlock()
 	a, err := fs.Lower.Link(ctx, oldpath, newpath)
 	if err != nil {
 		return a, err
@@ -596,8 +644,11 @@ func (fs *FS) Unlink(ctx context.Context, p string) error {
 	if fs.reserved(p) {
 		return syscall.ENOENT
 	}
+	fs.swap.Lock()
 	a, aerr := fs.Lower.Getattr(ctx, p)
-	if err := fs.Lower.Unlink(ctx, p); err != nil {
+	err := fs.Lower.Unlink(ctx, p)
+	fs.swap.Unlock()
+	if err != nil {
 		return err
 	}
 	if aerr == nil && a.IsRegular() && a.Nlink <= 1 {
@@ -617,8 +668,11 @@ func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32)
 	if fs.reserved(oldpath) || fs.reserved(newpath) {
 		return syscall.EPERM
 	}
+	fs.swap.Lock()
 	a, aerr := fs.Lower.Getattr(ctx, newpath)
-	if err := fs.Lower.Rename(ctx, oldpath, newpath, flags); err != nil {
+	err := fs.Lower.Rename(ctx, oldpath, newpath, flags)
+	fs.swap.Unlock()
+	if err != nil {
 		return err
 	}
 	if aerr == nil && a.IsRegular() && a.Nlink <= 1 && flags&unix.RENAME_EXCHANGE == 0 {
@@ -673,9 +727,13 @@ func (fs *FS) Setxattr(ctx context.Context, p, name string, value []byte, flags 
 		return fs.convert(ctx, p, names)
 	}
 	if name == "security.capability" {
-		if c, err := fs.chainAt(ctx, p); err == nil && c != nil {
-			if err := c.settle(ctx, p); err != nil {
-				return err
+		fs.swap.RLock()
+		defer fs.swap.RUnlock()
+		if a, err := fs.Lower.Getattr(ctx, p); err == nil && a.IsRegular() {
+			if c, err := fs.chainAt(ctx, p); err == nil && c != nil {
+				if err := c.settle(ctx, a.ID()); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -736,13 +794,12 @@ type file struct {
 	fs   *FS
 	id   layer.ID
 	c    *chain // nil: unguarded
-	path string
 	once sync.Once
 }
 
-// wrap counts f, a file of the chain c (nil: unguarded) at p, if it is
-// open for writing.
-func (fs *FS) wrap(ctx context.Context, f layer.File, flags int, c *chain, p string) layer.File {
+// wrap counts f, a file of the chain c (nil: unguarded), if it is open
+// for writing.
+func (fs *FS) wrap(ctx context.Context, f layer.File, flags int, c *chain) layer.File {
 	if flags&unix.O_ACCMODE == unix.O_RDONLY {
 		return f
 	}
@@ -754,7 +811,7 @@ func (fs *FS) wrap(ctx context.Context, f layer.File, flags int, c *chain, p str
 	fs.mu.Lock()
 	fs.writers[id]++
 	fs.mu.Unlock()
-	return &file{BaseFile: layer.BaseFile{Lower: f}, fs: fs, id: id, c: c, path: p}
+	return &file{BaseFile: layer.BaseFile{Lower: f}, fs: fs, id: id, c: c}
 }
 
 // Release of a file open for writing under a chain of several links
@@ -765,7 +822,9 @@ func (fs *FS) wrap(ctx context.Context, f layer.File, flags int, c *chain, p str
 func (f *file) Release(ctx context.Context) error {
 	err := f.BaseFile.Release(ctx)
 	if err == nil && f.c != nil && len(f.c.ts) > 1 {
-		err = f.c.settle(ctx, f.path)
+		// By identity: the file may have been renamed since it was
+		// opened, and its path may name a file of another chain.
+		err = f.c.settle(ctx, f.id)
 	}
 	f.once.Do(func() {
 		f.fs.mu.Lock()
@@ -855,18 +914,30 @@ func (fs *FS) convert(ctx context.Context, p string, names []string) error {
 		return syscall.EBUSY
 	}
 	self := layer.AsSelf(ctx)
+	src, err := fs.openSource(self, p, a.ID(), oldNames, oc)
+	if err != nil {
+		return err
+	}
+	defer src.Release(self)
 	if _, err := fs.Lower.Mkdir(self, TmpDir, 0o700); err != nil && err != syscall.EEXIST {
 		return err
 	}
 	tmp := layer.Join(TmpDir, fmt.Sprintf("%d.%d", a.Ino, a.Gen))
-	if err := fs.Lower.Unlink(self, tmp); err == nil {
-		fs.forget(ctx, a.ID()) // never: the inode differs; harmless
-	}
-	if err := fs.writeConverted(self, p, tmp, oc, nc, &a, names); err != nil {
+	fs.Lower.Unlink(self, tmp)
+	if err := fs.writeConverted(self, p, tmp, src, nc, &a, names); err != nil {
 		fs.Lower.Unlink(self, tmp)
 		return err
 	}
-	if err := fs.Lower.Rename(self, tmp, p, 0); err != nil {
+	fs.swap.Lock()
+	if b, err := fs.Lower.Getattr(self, p); err != nil || b.ID() != a.ID() {
+		fs.swap.Unlock()
+		fs.Lower.Unlink(self, tmp)
+		fs.log.Warn("chains: file replaced during its conversion, not converted", "path", p)
+		return syscall.EBUSY
+	}
+	err = fs.Lower.Rename(self, tmp, p, 0)
+	fs.swap.Unlock()
+	if err != nil {
 		fs.Lower.Unlink(self, tmp)
 		return err
 	}
@@ -879,20 +950,36 @@ func (fs *FS) convert(ctx context.Context, p string, names []string) error {
 	return nil
 }
 
-// writeConverted writes tmp: p's bytes (read through oc) stored through
-// nc, with p's attributes and xattrs and the record of names, durable.
-func (fs *FS) writeConverted(ctx context.Context, p, tmp string, oc, nc *chain, a *layer.Attr, names []string) error {
-	var src, dst layer.File
-	var err error
-	if oc == nil {
-		src, err = fs.Lower.Open(ctx, p, unix.O_RDONLY|unix.O_NOFOLLOW)
-	} else {
-		src, err = oc.ts[0].Open(ctx, p, p, unix.O_RDONLY)
-	}
+// openSource opens the file id at p, read through oc, its chain of
+// names, for a conversion: EBUSY if p names another file now, or one with
+// another chain (renamed or replaced since the conversion looked at it).
+func (fs *FS) openSource(ctx context.Context, p string, id layer.ID, names []string, oc *chain) (layer.File, error) {
+	fs.swap.RLock()
+	defer fs.swap.RUnlock()
+	a, err := fs.Lower.Getattr(ctx, p)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer src.Release(ctx)
+	now, l, err := fs.readRecord(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if a.ID() != id || l != nil || strings.Join(now, ",") != strings.Join(names, ",") {
+		fs.log.Warn("chains: file replaced during its conversion, not converted", "path", p)
+		return nil, syscall.EBUSY
+	}
+	if oc == nil {
+		return fs.Lower.Open(ctx, p, unix.O_RDONLY|unix.O_NOFOLLOW)
+	}
+	return oc.ts[0].Open(ctx, p, p, unix.O_RDONLY)
+}
+
+// writeConverted writes tmp: the bytes of src (p's file, read through its
+// chain) stored through nc, with p's attributes and xattrs and the record
+// of names, durable.
+func (fs *FS) writeConverted(ctx context.Context, p, tmp string, src layer.File, nc *chain, a *layer.Attr, names []string) error {
+	var dst layer.File
+	var err error
 	if nc == nil {
 		dst, _, err = fs.Lower.Create(ctx, tmp, unix.O_RDWR|unix.O_EXCL, 0o600)
 	} else {
@@ -930,13 +1017,18 @@ func (fs *FS) writeConverted(ctx context.Context, p, tmp string, oc, nc *chain, 
 		dst.Release(ctx)
 		return err
 	}
+	ta, err := dst.Getattr(ctx)
+	if err != nil {
+		dst.Release(ctx)
+		return err
+	}
 	if err := dst.Release(ctx); err != nil {
 		return err
 	}
 	// What the release left in the links below the top one (its header)
 	// is written now, before the times are set.
 	if nc != nil {
-		if err := nc.settle(ctx, tmp); err != nil {
+		if err := nc.settle(ctx, ta.ID()); err != nil {
 			return err
 		}
 	}

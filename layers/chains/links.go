@@ -433,6 +433,18 @@ func (fs *FS) setLink(ctx context.Context, p string, l *link) error {
 	wf.Release(ctx)
 	fs.conv.Lock()
 	defer fs.conv.Unlock()
+	if names, _, err := fs.readRecord(ctx, p); err == nil && names != nil && !fs.waitWriters(a.ID()) {
+		return syscall.EBUSY
+	}
+	// The record changes under the lock, so that no operation reads the
+	// old one and acts on the file as it was.
+	fs.swap.Lock()
+	defer fs.swap.Unlock()
+	if b, err := fs.Lower.Getattr(ctx, p); err != nil {
+		return err
+	} else if b.ID() != a.ID() {
+		return syscall.EBUSY // replaced meanwhile
+	}
 	names, cur, err := fs.readRecord(ctx, p)
 	if err != nil {
 		return err
@@ -454,9 +466,6 @@ func (fs *FS) setLink(ctx context.Context, p string, l *link) error {
 	if names != nil {
 		// An empty guarded file (made under a rule): its stored form
 		// (a header) goes, and so does its chain.
-		if !fs.waitWriters(a.ID()) {
-			return syscall.EBUSY
-		}
 		fs.forget(ctx, a.ID())
 		if _, err := fs.Lower.Setattr(layer.AsSelf(ctx), p, &layer.SetAttr{Valid: layer.SetSize}); err != nil {
 			return err

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -291,4 +293,169 @@ func TestViewBudget(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestReleaseAfterRename: a file under a chain of two links is closed
+// after another file, of another chain, was renamed over its name (a
+// release through FUSE comes after the close(2), so after whatever the
+// application did next). The release settles the closed file's links; it
+// did that by path, and so loaded the other file into an engine of the
+// wrong chain, which compacted it behind its own engine's back: reading it
+// then failed with EIO ("record at N is not the one the index names").
+// Found by TestModel (CAIRN_FSX_SEED=1795674739417310407).
+func TestReleaseAfterRename(t *testing.T) {
+	d := t.TempDir()
+	fs := stack(t, d, "", "a=copy,gzip;b=uuencode", nil)
+	ctx := context.Background()
+	create := func(p string) layer.File {
+		f, _, err := fs.Create(ctx, p, unix.O_RDWR, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	write := func(f layer.File, b []byte, off int64) {
+		if n, err := f.WriteAt(ctx, b, off); err != nil || n != len(b) {
+			t.Fatalf("write: %d, %v", n, err)
+		}
+		if err := f.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fa := create("a")
+	write(fa, data(100<<10), 0)
+	// b: overwritten several times, so that most of its log is dead (what
+	// a compaction would rewrite), and still open, so its header is stale.
+	// (more dead bytes than the codec's compaction threshold, 1 MiB).
+	fb := create("b")
+	want := data(256 << 10)
+	for i := range 6 {
+		want[i] ^= 0xff
+		write(fb, want, 0)
+	}
+	if err := fs.Rename(ctx, "b", "a", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := fa.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check := func(f layer.File) {
+		t.Helper()
+		got := make([]byte, len(want)+1)
+		n, err := f.ReadAt(ctx, got, 0)
+		if n != len(want) || !bytes.Equal(got[:n], want) {
+			t.Fatalf("read %d bytes (%v), want the %d written", n, err, len(want))
+		}
+	}
+	check(fb)
+	tail := data(1000)
+	write(fb, tail, int64(len(want)))
+	want = append(want, tail...)
+	check(fb)
+	if err := fb.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f, err := fs.Open(ctx, "a", unix.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(f)
+	f.Release(ctx)
+	layer.CloseStack(fs)
+	fsckClean(t, d)
+}
+
+// TestConvertUnderLoad: while one process changes the chains of two files
+// and swaps their names (renameat2 RENAME_EXCHANGE and plain renames),
+// others read and stat them through the mount: every read gives one of the
+// two files' bytes whole, every size is one of theirs, and afterwards fsck
+// finds the lower clean. (An operation that read one file's chain and then
+// acted, by path, on the other would load it into an engine of the wrong
+// chain; the kernel failed an open with EIO when it reached a node whose
+// file a conversion had replaced, and read it as the other file.) An open
+// or a stat that loses the race against two conversions in a row may fail
+// with ESTALE, as on NFS: the kernel looks the name up again once.
+func TestConvertUnderLoad(t *testing.T) {
+	d := t.TempDir()
+	fs := stack(t, d, "", "", nil)
+	m := mounttest.Mount(t, fs)
+	x, y := data(300<<10), bytes.Repeat([]byte("cairn "), 50<<10)
+	for n, b := range map[string][]byte{"x": x, "y": y} {
+		if err := os.WriteFile(m.Path(n), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	errs := make(chan error, 16)
+	done := make(chan struct{})
+	var stale atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				p := m.Path([]string{"x", "y"}[(i+w)%2])
+				if w == 2 {
+					var st unix.Stat_t
+					if err := unix.Stat(p, &st); err == unix.ESTALE {
+						stale.Add(1)
+						continue
+					} else if err != nil {
+						errs <- fmt.Errorf("stat: %w", err)
+						return
+					}
+					if st.Size != int64(len(x)) && st.Size != int64(len(y)) {
+						errs <- fmt.Errorf("stat %s: size %d, neither file's", p, st.Size)
+						return
+					}
+					continue
+				}
+				b, err := os.ReadFile(p)
+				if errors.Is(err, unix.ESTALE) {
+					stale.Add(1)
+					continue
+				} else if err != nil {
+					errs <- fmt.Errorf("read: %w", err)
+					return
+				}
+				if !bytes.Equal(b, x) && !bytes.Equal(b, y) {
+					errs <- fmt.Errorf("read %s: %d bytes, neither file's", p, len(b))
+					return
+				}
+			}
+		}()
+	}
+	choices := []string{"", "zstd", "gzip", "copy,zstd,lz4", "uuencode", "lz4,copy"}
+	r := rand.New(rand.NewPCG(1, 2))
+	ops := 0
+	for time.Now().Before(deadline) && len(errs) == 0 {
+		switch r.IntN(3) {
+		case 0:
+			if err := unix.Renameat2(unix.AT_FDCWD, m.Path("x"), unix.AT_FDCWD, m.Path("y"), unix.RENAME_EXCHANGE); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			n := []string{"x", "y"}[r.IntN(2)]
+			if err := setChain(m.Path(n), choices[r.IntN(len(choices))]); err != nil && err != unix.EBUSY {
+				t.Fatalf("setfattr %s: %v", n, err)
+			}
+		}
+		ops++
+	}
+	close(done)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	t.Logf("%d conversions and swaps; %d opens and stats lost the race (ESTALE)", ops, stale.Load())
+	m.Unmount()
+	layer.CloseStack(fs)
+	fsckClean(t, d)
 }

@@ -173,6 +173,13 @@ func (fs *Engine) acquire(ctx context.Context, path string, lf layer.File, ro bo
 		lf.Release(ctx)
 		return nil, nil, err
 	}
+	if want, ok := ctx.Value(expectID{}).(layer.ID); ok && id != want {
+		// path names another file than the caller's attributes did (a
+		// rename in between): loading it here could give it a state in
+		// an engine that is not its own (a chain's other link).
+		lf.Release(ctx)
+		return nil, nil, syscall.ESTALE
+	}
 	fs.mu.Lock()
 	if st := fs.states[id]; st != nil {
 		st.refs++
@@ -417,8 +424,9 @@ func (fs *Engine) Stat(ctx context.Context, path string, a *layer.Attr) error {
 		a.Size = uint64(sl.size)
 		return nil
 	}
-	// The header does not describe the file (a crash): replay its log.
-	st, err = fs.openState(ctx, path, unix.O_RDONLY)
+	// The header does not describe the file (a crash): replay its log, if
+	// path still names the file of a.
+	st, err = fs.openState(context.WithValue(ctx, expectID{}, a.ID()), path, unix.O_RDONLY)
 	if err != nil {
 		if _, errno := err.(syscall.Errno); errno {
 			return err
@@ -459,20 +467,16 @@ func (fs *Engine) Truncate(ctx context.Context, path, name string, size int64) e
 // would undo.
 const setTimes = layer.SetAtime | layer.SetMtime | layer.SetAtimeNow | layer.SetMtimeNow
 
-// Settle writes out what an open file at path has pending, so that a
-// change of its times or capability is not undone by a later write of the
-// engine. A chain settles its links top first (layers/chains), each
+// Settle writes out what the open (or idle) state of the stored file id
+// has pending, so that a change of its times or capability is not undone
+// by a later write of the engine. A chain settles its links top first (layers/chains), each
 // writing what the one above left in it: so a settle does not flush the
 // lower after each write (writeLower), which would write every link below
 // once for each link above.
-func (fs *Engine) Settle(ctx context.Context, path string) error {
+func (fs *Engine) Settle(ctx context.Context, id layer.ID) error {
 	ctx = context.WithValue(ctx, settling{}, true)
-	la, err := fs.Lower.Getattr(ctx, path)
-	if err != nil || !la.IsRegular() {
-		return nil // the lower setattr will say what is wrong
-	}
 	fs.mu.Lock()
-	st := fs.states[la.ID()]
+	st := fs.states[id]
 	fs.mu.Unlock()
 	if st == nil {
 		return nil
@@ -484,6 +488,10 @@ func (fs *Engine) Settle(ctx context.Context, path string) error {
 
 // settling marks the context of a settle (Settle).
 type settling struct{}
+
+// expectID is the identity (layer.ID) that the file an operation by path
+// opens must have (Stat).
+type expectID struct{}
 
 // lowerFlags are the flags the engine keeps for its own lower handle.
 const handleFlags = unix.O_APPEND | unix.O_SYNC | unix.O_DSYNC | unix.O_ACCMODE

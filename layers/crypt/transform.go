@@ -77,7 +77,7 @@ func (fs *Content) Truncate(ctx context.Context, lp, path string, size int64) er
 }
 
 // Settle has nothing to do: writes reach the lower file at once.
-func (fs *Content) Settle(ctx context.Context, lp string) error { return nil }
+func (fs *Content) Settle(ctx context.Context, id layer.ID) error { return nil }
 
 // Forget has nothing to do: a file's state lives while it is open.
 func (fs *Content) Forget(ctx context.Context, id layer.ID) {}

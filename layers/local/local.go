@@ -22,6 +22,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -43,6 +44,7 @@ type FS struct {
 	rootIno uint64
 	// creators run the calls that create objects (see asCaller).
 	creators creators
+	closed   sync.Once
 }
 
 var _ layer.FS = (*FS)(nil)
@@ -86,11 +88,18 @@ func (fs *FS) RootMoved() error {
 
 func (fs *FS) Lowers() []layer.FS     { return nil }
 func (fs *FS) Changes() layer.Changes { return 0 }
+
+// Close closes the layer; a second Close does nothing (closing the root
+// descriptor again could close another file that took its number).
 func (fs *FS) Close() error {
-	fs.creators.close()
-	fs.dirs.close()
-	fs.fds.close()
-	return unix.Close(fs.rootFd)
+	var err error
+	fs.closed.Do(func() {
+		fs.creators.close()
+		fs.dirs.close()
+		fs.fds.close()
+		err = unix.Close(fs.rootFd)
+	})
+	return err
 }
 
 const resolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS

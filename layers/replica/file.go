@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"cairn/layer"
 )
 
@@ -262,8 +264,21 @@ func (f *file) Allocate(ctx context.Context, off, length int64, mode uint32) err
 	return err
 }
 
+// Lseek: ENXIO is SEEK_DATA's answer past the last data (and
+// SEEK_HOLE's past the end), not a failing replica.
 func (f *file) Lseek(ctx context.Context, off int64, whence int) (int64, error) {
-	o, _, err := read(ctx, f, "lseek", func(lf layer.File) (int64, error) { return lf.Lseek(ctx, off, whence) })
+	var past bool
+	o, _, err := read(ctx, f, "lseek", func(lf layer.File) (int64, error) {
+		o, err := lf.Lseek(ctx, off, whence)
+		if layer.Errno(err) == syscall.ENXIO && (whence == unix.SEEK_DATA || whence == unix.SEEK_HOLE) {
+			past = true
+			return o, nil
+		}
+		return o, err
+	})
+	if past && err == nil {
+		return o, syscall.ENXIO
+	}
 	return o, err
 }
 

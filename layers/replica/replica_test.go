@@ -544,6 +544,32 @@ func TestReplicaResyncAtMount(t *testing.T) {
 	same(t, dirs...)
 }
 
+// TestReplicaSeekPastData: lseek SEEK_DATA past a file's last data gives
+// ENXIO, as on ext4, and degrades no replica (it did: the conformance
+// suite's sparse-file case left replica 1 degraded).
+func TestReplicaSeekPastData(t *testing.T) {
+	dirs := lowers(t, 2)
+	r := build(t, replica.Options{}, locals(t, dirs)...)
+	m := mounttest.Mount(t, r)
+	f, err := os.Create(m.Path("s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("data"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.Seek(int(f.Fd()), 1<<20, unix.SEEK_DATA); err != unix.ENXIO {
+		t.Errorf("SEEK_DATA past the data: %v, want ENXIO", err)
+	}
+	if _, err := unix.Seek(int(f.Fd()), 1<<20, unix.SEEK_HOLE); err != unix.ENXIO {
+		t.Errorf("SEEK_HOLE past the end: %v, want ENXIO", err)
+	}
+	if d := r.Degraded(); d != 0 {
+		t.Errorf("degraded %02b after seeks past the data", d)
+	}
+}
+
 // TestReplicaFullReplica: a replica whose disk is full (ENOSPC) is degraded
 // and the others take the change, whichever replica it is; the first one
 // full used to fail the application's write and degrade the one with room.
