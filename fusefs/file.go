@@ -25,6 +25,7 @@ type file struct {
 	ino      *fs.Inode
 	writable bool
 	passed   atomic.Bool
+	direct   *node // counted in its node's direct files (PassthroughFd)
 }
 
 var (
@@ -56,13 +57,28 @@ func (st *state) newFile(ctx context.Context, f layer.File, path string, ino *fs
 // (rawFS.Open, rawFS.Create; a descriptor that escapes them is closed at
 // release), and the daemon holds no descriptor for a passed-through file
 // that it does not use otherwise.
+//
+// go-fuse asks only the first of a node's files opened together: the
+// others share its backing file. And its release of any file drops a
+// reference to the node's backing file, one that a file served by the
+// daemon never took: with such a file open, passing another through would
+// let the release of the first unregister the backing file of the second;
+// the kernel would then refuse the next open's new backing file while it
+// keeps the old one (EIO), and refuses to mix passed-through and cached
+// files of an inode anyway. So while a node has files served by the
+// daemon (direct), its files are not passed through. (go-fuse asks under a
+// lock of its own that its releases take too, so the count and its
+// decisions do not race.)
 func (f *file) PassthroughFd() (int, bool) {
-	if !f.st.passes(f.f.Caps()) {
+	n := fileNode(f)
+	if (n != nil && n.direct.Load() > 0) || !f.st.passes(f.f.Caps()) {
+		f.goDirect(n)
 		return -1, false
 	}
 	fd, ok := f.f.PassthroughFd()
 	f.passed.Store(ok)
 	if !ok {
+		f.goDirect(n)
 		return -1, false
 	}
 	f.st.handMu.Lock()
@@ -73,6 +89,45 @@ func (f *file) PassthroughFd() (int, bool) {
 	f.st.handed[f.req] = append(f.st.handed[f.req], f)
 	f.st.handMu.Unlock()
 	return fd, true
+}
+
+// goDirect counts f, served by the daemon, in its node's direct files.
+func (f *file) goDirect(n *node) {
+	if n != nil && f.direct == nil {
+		f.direct = n
+		n.direct.Add(1)
+	}
+}
+
+// undirect takes f out of its node's direct files once go-fuse has
+// released it: after the RELEASE request req (rawFS.Release), or now.
+func (f *file) undirect(req <-chan struct{}) {
+	n := f.direct
+	if n == nil {
+		return
+	}
+	f.direct = nil
+	if req == nil {
+		n.direct.Add(-1)
+		return
+	}
+	f.st.handMu.Lock()
+	if f.st.undirect == nil {
+		f.st.undirect = make(map[<-chan struct{}][]*node)
+	}
+	f.st.undirect[req] = append(f.st.undirect[req], n)
+	f.st.handMu.Unlock()
+}
+
+// releaseDone runs when go-fuse is done with a RELEASE request.
+func (st *state) releaseDone(req <-chan struct{}) {
+	st.handMu.Lock()
+	ns := st.undirect[req]
+	delete(st.undirect, req)
+	st.handMu.Unlock()
+	for _, n := range ns {
+		n.direct.Add(-1)
+	}
 }
 
 // closeHanded closes the descriptor handed to the kernel, if still open.
@@ -132,6 +187,11 @@ func (f *file) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 
 func (f *file) Release(ctx context.Context) syscall.Errno {
 	f.closeHanded()
+	var req <-chan struct{}
+	if fc, ok := ctx.(*fuse.Context); ok {
+		req = fc.Cancel
+	}
+	f.undirect(req)
 	f.st.released(f)
 	return f.st.errno("release", f.path, f.f.Release(callerCtx(ctx)))
 }

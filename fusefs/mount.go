@@ -355,6 +355,13 @@ type rawFS struct {
 	st *state
 }
 
+// Release: the files served by the daemon that it released are uncounted
+// once go-fuse is done with them (file.PassthroughFd).
+func (r *rawFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	defer r.st.releaseDone(cancel)
+	r.RawFileSystem.Release(cancel, in)
+}
+
 func (r *rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	defer r.st.handedOver(cancel)
 	return r.RawFileSystem.Open(cancel, in, out)

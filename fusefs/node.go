@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -36,6 +37,7 @@ type state struct {
 	known         known // what finding them needs (see handles.go)
 	handMu        sync.Mutex
 	handed        map[<-chan struct{}][]*file // by request: descriptors handed to the kernel
+	undirect      map[<-chan struct{}][]*node // by RELEASE request: direct files to uncount after it (rawFS.Release)
 	// extras maps the cancel channel of a request in flight to what rawFS
 	// found in it: the umask of a create, mkdir or mknod, the SETXATTR
 	// flags of a setxattr.
@@ -128,6 +130,10 @@ type node struct {
 	fs.Inode
 	st *state
 	id layer.ID // the object's identity (see inoMap)
+	// direct counts the node's open files that the kernel reads and
+	// writes through the daemon, from their open until go-fuse has
+	// released them (see file.PassthroughFd).
+	direct atomic.Int32
 }
 
 var (

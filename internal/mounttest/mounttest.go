@@ -48,6 +48,11 @@ func MountOpts(t testing.TB, top layer.FS, o fusefs.Options) *Mounted {
 	// Tests act as other users too: let them reach the mountpoint.
 	os.Chmod(dir, 0o755)
 	os.Chmod(filepath.Dir(dir), 0o755)
+	if os.Getenv("CAIRN_FUSE_DEBUG") == "1" {
+		// Every FUSE request and reply, on stderr (go-fuse's debug log).
+		o.Debug = true
+		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(&testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
