@@ -17,139 +17,39 @@ type file struct {
 	f    layer.File
 	path string // at open time, for log lines
 	st   *state
-	req  <-chan struct{} // the OPEN or CREATE request's (see handedOver)
-	ptfd int             // a descriptor handed to the kernel, until it holds the file; guarded by st.handMu
+	req  <-chan struct{} // the OPEN or CREATE request's (see passOpened)
 	// ino and writable serve Flush: the kernel's cached attributes of a
 	// writable file passed through (passed) are not told of writes made
 	// through a shared mapping.
 	ino      *fs.Inode
 	writable bool
 	passed   atomic.Bool
-	direct   *node // counted in its node's direct files (PassthroughFd)
+	// How the kernel reads and writes it (passthrough.go), set once the
+	// open's reply is ready; guarded by st.ptMu.
+	bk     *backing // the node's backing file, which it is passed through to
+	cached bool     // through the daemon, in the kernel's cached io mode
 }
 
 var (
-	_ fs.FileReader          = (*file)(nil)
-	_ fs.FileWriter          = (*file)(nil)
-	_ fs.FileFlusher         = (*file)(nil)
-	_ fs.FileFsyncer         = (*file)(nil)
-	_ fs.FileReleaser        = (*file)(nil)
-	_ fs.FileGetattrer       = (*file)(nil)
-	_ fs.FileSetattrer       = (*file)(nil)
-	_ fs.FileAllocater       = (*file)(nil)
-	_ fs.FileLseeker         = (*file)(nil)
-	_ fs.FilePassthroughFder = (*file)(nil)
+	_ fs.FileReader    = (*file)(nil)
+	_ fs.FileWriter    = (*file)(nil)
+	_ fs.FileFlusher   = (*file)(nil)
+	_ fs.FileFsyncer   = (*file)(nil)
+	_ fs.FileReleaser  = (*file)(nil)
+	_ fs.FileGetattrer = (*file)(nil)
+	_ fs.FileSetattrer = (*file)(nil)
+	_ fs.FileAllocater = (*file)(nil)
+	_ fs.FileLseeker   = (*file)(nil)
 )
 
 func (st *state) newFile(ctx context.Context, f layer.File, path string, ino *fs.Inode, flags uint32) *file {
-	nf := &file{f: f, path: path, st: st, ptfd: -1, ino: ino, writable: flags&syscall.O_ACCMODE != syscall.O_RDONLY}
+	nf := &file{f: f, path: path, st: st, ino: ino, writable: flags&syscall.O_ACCMODE != syscall.O_RDONLY}
 	if fc, ok := ctx.(*fuse.Context); ok {
 		nf.req = fc.Cancel
+		st.opening(nf)
 	}
 	st.opened(nf)
 	return nf
-}
-
-// PassthroughFd gives go-fuse a descriptor to register with the kernel as
-// the file's backing file. The layer's PassthroughFd returns a new
-// descriptor; the kernel takes its own reference when go-fuse registers it,
-// within the same request, so it is closed when the request is done
-// (rawFS.Open, rawFS.Create; a descriptor that escapes them is closed at
-// release), and the daemon holds no descriptor for a passed-through file
-// that it does not use otherwise.
-//
-// go-fuse asks only the first of a node's files opened together: the
-// others share its backing file. And its release of any file drops a
-// reference to the node's backing file, one that a file served by the
-// daemon never took: with such a file open, passing another through would
-// let the release of the first unregister the backing file of the second;
-// the kernel would then refuse the next open's new backing file while it
-// keeps the old one (EIO), and refuses to mix passed-through and cached
-// files of an inode anyway. So while a node has files served by the
-// daemon (direct), its files are not passed through. (go-fuse asks under a
-// lock of its own that its releases take too, so the count and its
-// decisions do not race.)
-func (f *file) PassthroughFd() (int, bool) {
-	n := fileNode(f)
-	if (n != nil && n.direct.Load() > 0) || !f.st.passes(f.f.Caps()) {
-		f.goDirect(n)
-		return -1, false
-	}
-	fd, ok := f.f.PassthroughFd()
-	f.passed.Store(ok)
-	if !ok {
-		f.goDirect(n)
-		return -1, false
-	}
-	f.st.handMu.Lock()
-	f.ptfd = fd
-	if f.st.handed == nil {
-		f.st.handed = make(map[<-chan struct{}][]*file)
-	}
-	f.st.handed[f.req] = append(f.st.handed[f.req], f)
-	f.st.handMu.Unlock()
-	return fd, true
-}
-
-// goDirect counts f, served by the daemon, in its node's direct files.
-func (f *file) goDirect(n *node) {
-	if n != nil && f.direct == nil {
-		f.direct = n
-		n.direct.Add(1)
-	}
-}
-
-// undirect takes f out of its node's direct files once go-fuse has
-// released it: after the RELEASE request req (rawFS.Release), or now.
-func (f *file) undirect(req <-chan struct{}) {
-	n := f.direct
-	if n == nil {
-		return
-	}
-	f.direct = nil
-	if req == nil {
-		n.direct.Add(-1)
-		return
-	}
-	f.st.handMu.Lock()
-	if f.st.undirect == nil {
-		f.st.undirect = make(map[<-chan struct{}][]*node)
-	}
-	f.st.undirect[req] = append(f.st.undirect[req], n)
-	f.st.handMu.Unlock()
-}
-
-// releaseDone runs when go-fuse is done with a RELEASE request.
-func (st *state) releaseDone(req <-chan struct{}) {
-	st.handMu.Lock()
-	ns := st.undirect[req]
-	delete(st.undirect, req)
-	st.handMu.Unlock()
-	for _, n := range ns {
-		n.direct.Add(-1)
-	}
-}
-
-// closeHanded closes the descriptor handed to the kernel, if still open.
-func (f *file) closeHanded() {
-	f.st.handMu.Lock()
-	defer f.st.handMu.Unlock()
-	if f.ptfd >= 0 {
-		syscall.Close(f.ptfd)
-		f.ptfd = -1
-	}
-}
-
-// handedOver runs when an OPEN or CREATE request is done: the kernel holds
-// the files registered in it.
-func (st *state) handedOver(req <-chan struct{}) {
-	st.handMu.Lock()
-	files := st.handed[req]
-	delete(st.handed, req)
-	st.handMu.Unlock()
-	for _, f := range files {
-		f.closeHanded()
-	}
 }
 
 func (f *file) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
@@ -186,12 +86,7 @@ func (f *file) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 }
 
 func (f *file) Release(ctx context.Context) syscall.Errno {
-	f.closeHanded()
-	var req <-chan struct{}
-	if fc, ok := ctx.(*fuse.Context); ok {
-		req = fc.Cancel
-	}
-	f.undirect(req)
+	f.st.passReleased(f)
 	f.st.released(f)
 	return f.st.errno("release", f.path, f.f.Release(callerCtx(ctx)))
 }

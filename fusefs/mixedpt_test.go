@@ -42,7 +42,8 @@ func (f *slowFile) Release(ctx context.Context) error {
 // asynchronous); go-fuse's release of it dropped the backing file that
 // the first reader's open had just registered, so the second reader's open
 // registered another one, which the kernel refuses for an inode that has
-// one: open(2) failed with EIO (TestReplicaFailover, 1 run in 50).
+// one: open(2) failed with EIO (TestReplicaFailover, 1 run in 50). The
+// mount now keeps the backing files itself (passthrough.go).
 func TestMixedPassthrough(t *testing.T) {
 	mounttest.NeedRoot(t)
 	dir := t.TempDir()

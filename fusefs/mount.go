@@ -332,6 +332,7 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
+	st.srv = srv
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
 		srv.Unmount()
@@ -347,24 +348,17 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 // leaves it to us, so that a default ACL of the directory can replace it),
 // and the flags of a SETXATTR (CAP_SETXATTR_EXT). They travel keyed by the
 // request's cancel channel, which belongs to one request while it is served
-// (see state.extras). At the end of an OPEN or CREATE, it closes the
-// descriptors handed to the kernel for passthrough in it (see
-// file.PassthroughFd).
+// (see state.extras). At the end of an OPEN or CREATE, it says how the
+// kernel is to read and write the file opened (passthrough.go).
 type rawFS struct {
 	fuse.RawFileSystem
 	st *state
 }
 
-// Release: the files served by the daemon that it released are uncounted
-// once go-fuse is done with them (file.PassthroughFd).
-func (r *rawFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
-	defer r.st.releaseDone(cancel)
-	r.RawFileSystem.Release(cancel, in)
-}
-
 func (r *rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	defer r.st.handedOver(cancel)
-	return r.RawFileSystem.Open(cancel, in, out)
+	s := r.RawFileSystem.Open(cancel, in, out)
+	r.st.passOpened(cancel, s, out)
+	return s
 }
 
 // Lookup: go-fuse answers a lookup of "." in a node it still has (a file
@@ -393,15 +387,17 @@ func (r *rawFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, ou
 func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
 	r.st.extras.Store(cancel, in.Umask)
 	defer r.st.extras.Delete(cancel)
-	defer r.st.handedOver(cancel)
-	return r.RawFileSystem.Create(cancel, in, name, out)
+	s := r.RawFileSystem.Create(cancel, in, name, out)
+	r.st.passOpened(cancel, s, &out.OpenOut)
+	return s
 }
 
 func (r *rawFS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
 	r.st.extras.Store(cancel, in.Umask)
 	defer r.st.extras.Delete(cancel)
-	defer r.st.handedOver(cancel)
-	return r.RawFileSystem.Tmpfile(cancel, in, out)
+	s := r.RawFileSystem.Tmpfile(cancel, in, out)
+	r.st.passOpened(cancel, s, &out.OpenOut)
+	return s
 }
 
 func (r *rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {

@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -35,9 +34,11 @@ type state struct {
 	xattrReplaces bool  // a layer may replace an object on an xattr change (layer.ReplacesOnXattr)
 	cacheDirs     bool  // the kernel keeps directory listings (see Options.AttrTimeout)
 	known         known // what finding them needs (see handles.go)
-	handMu        sync.Mutex
-	handed        map[<-chan struct{}][]*file // by request: descriptors handed to the kernel
-	undirect      map[<-chan struct{}][]*node // by RELEASE request: direct files to uncount after it (rawFS.Release)
+	// Passthrough (passthrough.go).
+	srv      *fuse.Server
+	ptMu     sync.Mutex
+	ptOff    bool                      // the kernel refused a backing file: no more passthrough
+	openings map[<-chan struct{}]*file // by OPEN or CREATE request: the file it opened
 	// extras maps the cancel channel of a request in flight to what rawFS
 	// found in it: the umask of a create, mkdir or mknod, the SETXATTR
 	// flags of a setxattr.
@@ -130,10 +131,10 @@ type node struct {
 	fs.Inode
 	st *state
 	id layer.ID // the object's identity (see inoMap)
-	// direct counts the node's open files that the kernel reads and
-	// writes through the daemon, from their open until go-fuse has
-	// released them (see file.PassthroughFd).
-	direct atomic.Int32
+	// How the kernel reads and writes the node's open files
+	// (passthrough.go); guarded by st.ptMu.
+	bk     *backing // the backing file of those passed through
+	cached int      // how many go through the daemon in cached io mode
 }
 
 var (

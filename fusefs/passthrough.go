@@ -1,0 +1,149 @@
+package fusefs
+
+import (
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// Passthrough. The kernel reads and writes a file opened with
+// FOPEN_PASSTHROUGH in its backing file, one the daemon registered, without
+// asking the daemon; it has one backing file per inode, and it refuses
+// (the open fails with EIO) a second backing file for an inode that has
+// one, a passed-through open of an inode with files open in cached io mode,
+// and an open that is not passed through of an inode that has a backing
+// file. Each open of a node therefore gets one of three answers:
+//
+//   - passed through to the node's backing file: the layer's file can be
+//     passed through (layer.CapPassthrough) to the same file (device and
+//     inode) as the node's other passed-through files, or the node has none
+//     and no file in cached io mode (then the layer's file becomes the
+//     node's backing file);
+//   - FOPEN_PASSTHROUGH with FOPEN_DIRECT_IO, when the node has a backing
+//     file that is not this file's, or this file is not to be passed
+//     through: reads and writes come to the daemon, which serves them from
+//     the layer's file (a shared mapping of it, though, maps the backing
+//     file, as the kernel does for such opens);
+//   - cached io through the daemon otherwise.
+//
+// The daemon decides this itself rather than through go-fuse's
+// FilePassthroughFder, which shares a node's backing file with every later
+// open whatever its layer file is (a union's write to a lower file read
+// through passthrough went to the read-only branch), and whose release of
+// any file drops a reference to the backing file that only passed-through
+// files took (the next open got a second backing file: EIO).
+//
+// The kernel sends RELEASE once it has let go of the file, so what the
+// daemon counts here is never less than what the kernel holds.
+
+// backing is a node's backing file.
+type backing struct {
+	id       int32
+	dev, ino uint64
+	refs     int
+}
+
+// opening records f as the file of the OPEN or CREATE request it is opened
+// in (f.req), for passOpened.
+func (st *state) opening(f *file) {
+	st.ptMu.Lock()
+	if st.openings == nil {
+		st.openings = map[<-chan struct{}]*file{}
+	}
+	st.openings[f.req] = f
+	st.ptMu.Unlock()
+}
+
+// passOpened sets the reply out of the OPEN or CREATE request req, which
+// gave status s, to say how the kernel reads and writes its file.
+func (st *state) passOpened(req <-chan struct{}, s fuse.Status, out *fuse.OpenOut) {
+	st.ptMu.Lock()
+	defer st.ptMu.Unlock()
+	f := st.openings[req]
+	delete(st.openings, req)
+	if f == nil || !s.Ok() {
+		return
+	}
+	n := fileNode(f)
+	if n == nil {
+		return
+	}
+	fd, dev, ino := st.backingFd(f)
+	if fd >= 0 {
+		defer syscall.Close(fd) // the kernel takes its own reference when it registers it
+	}
+	switch {
+	case fd >= 0 && n.bk != nil && n.bk.dev == dev && n.bk.ino == ino:
+	case fd >= 0 && n.bk == nil && n.cached == 0:
+		id, errno := st.srv.RegisterBackingFd(&fuse.BackingMap{Fd: int32(fd)})
+		if errno != 0 {
+			// Not root, or no CAP_SYS_ADMIN: no passthrough for this mount.
+			st.ptOff = true
+			st.log.Warn("the kernel refuses backing files: files are served by the daemon", "err", errno)
+			n.cached++
+			f.cached = true
+			return
+		}
+		n.bk = &backing{id: id, dev: dev, ino: ino}
+	case n.bk != nil:
+		out.OpenFlags |= fuse.FOPEN_DIRECT_IO | fuse.FOPEN_PASSTHROUGH
+		out.OpenFlags &^= fuse.FOPEN_KEEP_CACHE
+		out.BackingID = n.bk.id
+		n.bk.refs++
+		f.bk = n.bk
+		return
+	default:
+		n.cached++
+		f.cached = true
+		return
+	}
+	out.OpenFlags |= fuse.FOPEN_PASSTHROUGH
+	out.OpenFlags &^= fuse.FOPEN_KEEP_CACHE
+	out.BackingID = n.bk.id
+	n.bk.refs++
+	f.bk = n.bk
+	f.passed.Store(true)
+}
+
+// backingFd is a new descriptor of the file f passes through to, with its
+// device and inode, or -1. st.ptMu is held.
+func (st *state) backingFd(f *file) (int, uint64, uint64) {
+	if st.ptOff || st.srv == nil || !st.passes(f.f.Caps()) {
+		return -1, 0, 0
+	}
+	fd, ok := f.f.PassthroughFd()
+	if !ok {
+		return -1, 0, 0
+	}
+	var s unix.Stat_t
+	if err := unix.Fstat(fd, &s); err != nil {
+		syscall.Close(fd)
+		return -1, 0, 0
+	}
+	return fd, s.Dev, s.Ino
+}
+
+// passReleased: the kernel has let go of f.
+func (st *state) passReleased(f *file) {
+	n := fileNode(f)
+	st.ptMu.Lock()
+	defer st.ptMu.Unlock()
+	switch {
+	case f.bk != nil:
+		if f.bk.refs--; f.bk.refs == 0 {
+			if errno := st.srv.UnregisterBackingFd(f.bk.id); errno != 0 {
+				st.log.Warn("cannot unregister a backing file", "path", f.path, "err", errno)
+			}
+			if n != nil && n.bk == f.bk {
+				n.bk = nil
+			}
+		}
+		f.bk = nil
+	case f.cached:
+		if n != nil {
+			n.cached--
+		}
+		f.cached = false
+	}
+}
