@@ -2,6 +2,7 @@ package union
 
 import (
 	"context"
+	"io"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -9,119 +10,147 @@ import (
 	"cairn/layer"
 )
 
-// listed is a name of a merged listing.
-type listed struct {
-	e      layer.DirEntry
-	i      int  // the branch that shows it
-	hidden bool // a whiteout
-	dir    bool
-	merged bool // a directory with parts on later branches
-	closed bool // no later branch adds to it
-	looked bool // its opaque mark was read
+// ReadDir is the merged stream, read whole.
+func (u *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirEntry, error) {
+	d, err := u.OpenDir(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return layer.ReadDirAll(ctx, d, plus)
 }
 
-// ReadDir merges the listings of the directory's branches, first first,
-// as resolve would resolve each name, without asking for each: a name is
-// listed once, as the first branch that has it shows it, and not at all if
-// that is a whiteout; a directory is merged with the later branches'
-// directories of its name down to an opaque one, a whiteout or a
-// non-directory. Temporary entries and the index are left out. A copy
-// shows its original's identity; only directories marked impure (that
-// received a copy) are asked for their files' origins.
-func (u *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirEntry, error) {
+// maxSeen bounds the names a listing remembers of its earlier branches;
+// past it, a name of a later branch is looked up in the earlier ones.
+const maxSeen = 1 << 16
+
+// OpenDir merges the streams of the directory's branches, first first
+// (layer.MergeDirs), as resolve would resolve each name, without asking
+// for each: a name is listed once, as the first branch that has it shows
+// it, and not at all if that is a whiteout. A branch's names are
+// remembered (up to maxSeen) while it is read, so that a later branch's
+// are left out without a lookup; a listing that was sought into a later
+// branch, or whose earlier branches hold more names, looks them up there.
+// A directory with a directory of its name on a later branch (down to an
+// opaque one, a whiteout or a non-directory) shows one link, as overlayfs
+// shows merged directories. Temporary entries and the index are left out.
+// A copy shows its original's identity; only directories marked impure
+// (that received a copy) are asked for their files' origins.
+func (u *FS) OpenDir(ctx context.Context, path string) (layer.Dir, error) {
 	br, err := u.dirBranches(ctx, path)
 	if err != nil {
 		return nil, err
 	}
-	names := map[string]*listed{}
-	var order []*listed
-	for k, i := range br {
-		ents, err := u.b[i].FS.ReadDir(ctx, path, plus)
+	l := &merging{u: u, path: path, br: br, seen: map[string]struct{}{}, impure: map[int]bool{}}
+	return layer.MergeDirs(layer.Merge{N: len(br), Open: l.open, Keep: l.keep, Restart: l.restart}), nil
+}
+
+// merging is the state of a merged listing.
+type merging struct {
+	u      *FS
+	path   string
+	br     []int
+	seen   map[string]struct{} // names of the branches read so far
+	full   bool                // seen stopped at maxSeen
+	impure map[int]bool        // by branch: the directory received a copy
+}
+
+func (l *merging) restart() { clear(l.seen); l.full = false }
+
+// open opens branch k's stream; a later branch that cannot be listed is
+// left out.
+func (l *merging) open(ctx context.Context, k int) (layer.Dir, error) {
+	i := l.br[k]
+	d, err := layer.OpenDir(ctx, l.u.b[i].FS, l.path)
+	if err != nil {
+		if k == 0 {
+			return nil, err
+		}
+		l.u.branchErr(i, l.path, err)
+		return emptyDir{}, nil
+	}
+	if _, ok := l.impure[i]; !ok && l.u.writable(i) {
+		_, err := l.u.meta[i].Get(ctx, l.path, "impure")
+		l.impure[i] = err == nil
+	}
+	return d, nil
+}
+
+func (l *merging) keep(ctx context.Context, k int, e *layer.DirEntry, whole bool) (bool, error) {
+	u, i := l.u, l.br[k]
+	p := layer.Join(l.path, e.Name)
+	if isTmp(e.Name) {
+		if u.writable(i) && !u.checking && !strings.HasPrefix(e.Name, u.ownTmp) {
+			// Left by a daemon that crashed in a copy-up.
+			u.remove(ctx, i, p)
+		}
+		return false, nil
+	}
+	if l.path == "" && e.Name == indexDir {
+		return false, nil
+	}
+	if k > 0 {
+		if whole && !l.full {
+			if _, ok := l.seen[e.Name]; ok {
+				return false, nil
+			}
+		} else {
+			for _, j := range l.br[:k] {
+				if _, err := u.b[j].FS.Getattr(ctx, p); err == nil {
+					return false, nil // shown, or hidden, by an earlier branch
+				}
+			}
+		}
+	}
+	if k < len(l.br)-1 && !l.full {
+		if len(l.seen) >= maxSeen {
+			l.full = true
+		} else {
+			l.seen[e.Name] = struct{}{}
+		}
+	}
+	if u.isWhiteoutEntry(ctx, i, p, e) {
+		return false, nil
+	}
+	if a := e.Attr; a != nil {
+		layer.TagBranch(a, i, len(u.b))
+		if a.IsDir() && l.merged(ctx, k, p) {
+			a.Nlink = 1
+		}
+	}
+	if l.impure[i] {
+		a := e.Attr
+		if a == nil {
+			a = &layer.Attr{Mode: e.Mode}
+		}
+		if s := u.origin(ctx, i, p, a); s != nil {
+			s.apply(a)
+			if e.Attr != nil {
+				e.Attr = a
+			}
+			e.Ino = s.id.Ino
+		}
+	}
+	if e.Attr != nil {
+		e.Ino = e.Attr.Ino
+	}
+	return true, nil
+}
+
+// merged reports whether the directory p of branch k has a directory of
+// its name on a later branch that the merge reaches.
+func (l *merging) merged(ctx context.Context, k int, p string) bool {
+	for _, j := range l.br[k+1:] {
+		a, err := l.u.b[j].FS.Getattr(ctx, p)
 		if err != nil {
-			if k == 0 {
-				return nil, err
-			}
-			u.branchErr(i, path, err) // a lower part that cannot be listed is left out
 			continue
 		}
-		for _, e := range ents {
-			if isTmp(e.Name) {
-				if u.writable(i) && !u.checking && !strings.HasPrefix(e.Name, u.ownTmp) {
-					// Left by a daemon that crashed in a copy-up.
-					u.remove(ctx, i, layer.Join(path, e.Name))
-				}
-				continue
-			}
-			if path == "" && e.Name == indexDir {
-				continue
-			}
-			p := layer.Join(path, e.Name)
-			x := names[e.Name]
-			if x == nil {
-				x = &listed{e: e, i: i, dir: e.Mode&unix.S_IFMT == unix.S_IFDIR}
-				names[e.Name] = x
-				x.hidden = u.isWhiteoutEntry(ctx, i, p, &e)
-				order = append(order, x)
-				continue
-			}
-			if x.hidden || !x.dir || x.closed {
-				continue
-			}
-			if e.Mode&unix.S_IFMT != unix.S_IFDIR {
-				x.closed = true // a whiteout or a non-directory ends the merge
-				continue
-			}
-			if !x.looked {
-				x.looked = true
-				if u.opaque(ctx, x.i, p) {
-					x.closed = true
-					continue
-				}
-			}
-			x.merged = true
-			if u.opaque(ctx, i, p) {
-				x.closed = true
-			}
+		if isWhiteout(&a) || !a.IsDir() {
+			return false
 		}
+		return !l.u.opaque(ctx, l.br[k], p)
 	}
-	impure := map[int]bool{}
-	for _, i := range br {
-		if u.writable(i) {
-			_, err := u.meta[i].Get(ctx, path, "impure")
-			impure[i] = err == nil
-		}
-	}
-	out := make([]layer.DirEntry, 0, len(order))
-	for _, x := range order {
-		if x.hidden {
-			continue
-		}
-		e := x.e
-		if a := e.Attr; a != nil {
-			layer.TagBranch(a, x.i, len(u.b))
-			if x.merged {
-				a.Nlink = 1
-			}
-		}
-		if impure[x.i] {
-			a := e.Attr
-			if a == nil {
-				a = &layer.Attr{Mode: e.Mode}
-			}
-			if s := u.origin(ctx, x.i, layer.Join(path, e.Name), a); s != nil {
-				s.apply(a)
-				if e.Attr != nil {
-					e.Attr = a
-				}
-				e.Ino = s.id.Ino
-			}
-		}
-		if e.Attr != nil {
-			e.Ino = e.Attr.Ino
-		}
-		out = append(out, e)
-	}
-	return out, nil
+	return false
 }
 
 // isWhiteoutEntry reports whether entry e of branch i, at p, is a whiteout.
@@ -149,10 +178,11 @@ func (u *FS) markImpure(ctx context.Context, i int, dir string) {
 	u.meta[i].Set(layer.AsSelf(ctx), dir, "impure", []byte("y"))
 }
 
-// OpenDir lists the merged directory whole (layer.ListedDir).
-func (u *FS) OpenDir(ctx context.Context, path string) (layer.Dir, error) {
-	if _, err := u.dirBranches(ctx, path); err != nil {
-		return nil, err
-	}
-	return layer.ListedDir(u, path), nil
+// emptyDir is the stream of a branch left out.
+type emptyDir struct{}
+
+func (emptyDir) Next(context.Context, bool) (layer.DirEntry, uint64, error) {
+	return layer.DirEntry{}, 0, io.EOF
 }
+func (emptyDir) Seek(context.Context, uint64) error { return nil }
+func (emptyDir) Close() error                       { return nil }
