@@ -28,7 +28,12 @@ import (
 
 // Config says what to run.
 type Config struct {
-	Dir     string // where the files live
+	Dir string // where the files live
+	// FS, if set, is what the files are reached through, names relative
+	// to it (Dir is then only for messages): a stack used in-process
+	// (package cairn) rather than a directory through the kernel. Mmap and
+	// Punch need the kernel's files and are left out.
+	FS      FS
 	Files   int    // number of files (default 3)
 	Ops     int    // number of operations (default 10000)
 	Seed    uint64 // 0: random (printed)
@@ -51,9 +56,41 @@ type Config struct {
 	Between func(path string, r *rand.Rand) (string, error)
 }
 
+// FS is what the model acts on: names are relative to it.
+type FS interface {
+	OpenFile(name string, flag int, perm os.FileMode) (File, error)
+	Rename(oldname, newname string) error
+	Stat(name string) (os.FileInfo, error)
+	ReadFile(name string) ([]byte, error)
+}
+
+// File is an open file of an FS.
+type File interface {
+	io.ReaderAt
+	io.WriterAt
+	io.Writer
+	Truncate(size int64) error
+	Sync() error
+	Close() error
+}
+
+// dirFS is Dir through the kernel.
+type dirFS string
+
+func (d dirFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	return os.OpenFile(filepath.Join(string(d), name), flag, perm)
+}
+func (d dirFS) Rename(a, b string) error {
+	return os.Rename(filepath.Join(string(d), a), filepath.Join(string(d), b))
+}
+func (d dirFS) Stat(name string) (os.FileInfo, error) { return os.Stat(filepath.Join(string(d), name)) }
+func (d dirFS) ReadFile(name string) ([]byte, error) {
+	return os.ReadFile(filepath.Join(string(d), name))
+}
+
 type file struct {
 	name string
-	f    *os.File
+	f    File
 	data []byte // the model
 }
 
@@ -93,11 +130,16 @@ func Run(t testing.TB, c Config) {
 	if c.CheckEvery == 0 {
 		c.CheckEvery = 500
 	}
+	if c.FS == nil {
+		c.FS = dirFS(c.Dir)
+	} else {
+		c.Mmap, c.Punch = false, false
+	}
 	t.Logf("fsx: seed %d, %d operations in %s (replay: CAIRN_FSX_SEED=%d)", c.Seed, c.Ops, c.Dir, c.Seed)
 	r := &runner{t: t, c: c, r: rand.New(rand.NewPCG(c.Seed, c.Seed^0x9e3779b97f4a7c15))}
 	for i := 0; i < c.Files; i++ {
 		name := fmt.Sprintf("fsx-%d", i)
-		f, err := os.OpenFile(filepath.Join(c.Dir, name), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+		f, err := c.FS.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 		if err != nil {
 			t.Fatalf("fsx: create %s: %v", name, err)
 		}
@@ -225,7 +267,7 @@ func (r *runner) step() {
 		n := r.length()
 		buf := r.fill(n)
 		r.note("append %s len=%d (size %d)", f.name, n, size)
-		a, err := os.OpenFile(filepath.Join(r.c.Dir, f.name), os.O_WRONLY|os.O_APPEND, 0)
+		a, err := r.c.FS.OpenFile(f.name, os.O_WRONLY|os.O_APPEND, 0)
 		if err != nil {
 			r.fail("open %s O_APPEND: %v", f.name, err)
 		}
@@ -254,7 +296,7 @@ func (r *runner) step() {
 		f.truncate(ns)
 	case op < 80: // stat
 		r.note("stat %s (size %d)", f.name, size)
-		fi, err := os.Stat(filepath.Join(r.c.Dir, f.name))
+		fi, err := r.c.FS.Stat(f.name)
 		if err != nil {
 			r.fail("stat %s: %v", f.name, err)
 		}
@@ -267,9 +309,8 @@ func (r *runner) step() {
 			return
 		}
 		r.note("swap %s %s", f.name, g.name)
-		d := r.c.Dir
 		for _, mv := range [][2]string{{f.name, "fsx-tmp"}, {g.name, f.name}, {"fsx-tmp", g.name}} {
-			if err := os.Rename(filepath.Join(d, mv[0]), filepath.Join(d, mv[1])); err != nil {
+			if err := r.c.FS.Rename(mv[0], mv[1]); err != nil {
 				r.fail("rename %s %s: %v", mv[0], mv[1], err)
 			}
 		}
@@ -286,7 +327,7 @@ func (r *runner) step() {
 				r.fail("between %s: %s: %v", f.name, note, err)
 			}
 		}
-		nf, err := os.OpenFile(filepath.Join(r.c.Dir, f.name), os.O_RDWR, 0)
+		nf, err := r.c.FS.OpenFile(f.name, os.O_RDWR, 0)
 		if err != nil {
 			r.fail("reopen %s: %v", f.name, err)
 		}
@@ -308,7 +349,7 @@ func (r *runner) step() {
 		off := r.r.Int64N(size)
 		n := int64(r.length())
 		r.note("punch %s off=%d len=%d", f.name, off, n)
-		err := unix.Fallocate(int(f.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+		err := unix.Fallocate(int(f.f.(*os.File).Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
 		if err != nil {
 			r.fail("punch %s at %d, %d bytes: %v", f.name, off, n, err)
 		}
@@ -335,7 +376,7 @@ func checkRead(buf []byte, got int, err error, want []byte) string {
 }
 
 func (r *runner) mmap(f *file, size int64) {
-	m, err := unix.Mmap(int(f.f.Fd()), 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	m, err := unix.Mmap(int(f.f.(*os.File).Fd()), 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		r.fail("mmap %s (%d bytes): %v", f.name, size, err)
 	}
@@ -362,7 +403,7 @@ func (r *runner) mmap(f *file, size int64) {
 
 func (r *runner) checkAll() {
 	for _, f := range r.files {
-		got, err := os.ReadFile(filepath.Join(r.c.Dir, f.name))
+		got, err := r.c.FS.ReadFile(f.name)
 		if err != nil {
 			r.fail("read whole %s: %v", f.name, err)
 		}
