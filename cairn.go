@@ -36,10 +36,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
-	_ "cairn/layers/all" // every layer type a spec may name
-	"cairn/registry"
-	"cairn/spec"
+	"cairnfs.dev/cairn/layer"
+	_ "cairnfs.dev/cairn/layers/all" // every layer type a spec may name
+	"cairnfs.dev/cairn/registry"
+	"cairnfs.dev/cairn/spec"
 )
 
 // Options configure Open.

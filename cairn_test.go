@@ -8,16 +8,18 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"testing/fstest"
 	"time"
 
-	"cairn"
-	"cairn/internal/fsx"
-	"cairn/layers/crypt"
-	"cairn/layers/local"
+	"cairnfs.dev/cairn"
+	"cairnfs.dev/cairn/internal/fsx"
+	"cairnfs.dev/cairn/layers/crypt"
+	"cairnfs.dev/cairn/layers/local"
 )
 
 // stackCase is a stack of one layer type over temporary directories.
@@ -312,4 +314,75 @@ func TestSpecErrors(t *testing.T) {
 		t.Errorf("a second open of a claimed lower succeeded")
 	}
 	s.Close()
+}
+
+// TestScratchModule: a module outside the repository requires this one
+// (through a replace to the checkout, as a user would before a release)
+// and builds a program that opens a stack, writes and reads it back, and
+// runs it.
+func TestScratchModule(t *testing.T) {
+	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(gobin); err != nil {
+		t.Fatalf("no go toolchain at %s", gobin)
+	}
+	root, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := strings.TrimPrefix(strings.SplitN(string(mod), "\n", 2)[0], "module ")
+	if !strings.Contains(strings.SplitN(path, "/", 2)[0], ".") {
+		t.Errorf("module path %q: its first element has no dot, so another module cannot require it", path)
+	}
+	d := t.TempDir()
+	gomod := "module example.com/scratch\n\ngo 1.26\n\nrequire " + path + " v0.0.0\n\nreplace " + path + " => " + root + "\n"
+	prog := `package main
+
+import (
+	"fmt"
+	"log"
+	"os"
+
+	"` + path + `"
+)
+
+func main() {
+	s, err := cairn.Open("zstd:"+os.Args[1], cairn.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.WriteFile("hello.txt", []byte("from a scratch module"), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	b, err := s.ReadFile("hello.txt")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(string(b))
+}
+`
+	for name, body := range map[string]string{"go.mod": gomod, "main.go": prog} {
+		if err := os.WriteFile(filepath.Join(d, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(d, "go.sum"), sum, 0o644)
+	build := exec.Command(gobin, "build", "-mod=mod", "-o", "scratch", ".")
+	build.Dir = d
+	build.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build of the scratch module: %v\n%s", err, out)
+	}
+	out, err := exec.Command(filepath.Join(d, "scratch"), t.TempDir()).CombinedOutput()
+	if err != nil || string(out) != "from a scratch module" {
+		t.Errorf("the scratch program: %q, %v", out, err)
+	}
 }

@@ -11,9 +11,9 @@ import (
 	"os"
 	"path/filepath"
 
-	"cairn"
-	"cairn/layers/crypt"
-	"cairn/layers/local"
+	"cairnfs.dev/cairn"
+	"cairnfs.dev/cairn/layers/crypt"
+	"cairnfs.dev/cairn/layers/local"
 )
 
 // A zstd stack over a directory, in-process: write, read back, walk.

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // File is an open file or directory of a stack, in the manner of *os.File.

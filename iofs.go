@@ -4,7 +4,7 @@ import (
 	"io/fs"
 	"os"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // FS is the stack as an io/fs.FS, read-only: fs.ReadDirFS, fs.ReadFileFS,

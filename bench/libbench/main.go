@@ -21,7 +21,7 @@ import (
 	"strings"
 	"time"
 
-	"cairn"
+	"cairnfs.dev/cairn"
 )
 
 // target is where a workload runs: the bare directory, the stack

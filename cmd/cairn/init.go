@@ -8,10 +8,10 @@ import (
 	"os"
 	"strings"
 
-	"cairn/layer"
-	"cairn/layers/crypt"
-	"cairn/registry"
-	"cairn/spec"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/crypt"
+	"cairnfs.dev/cairn/registry"
+	"cairnfs.dev/cairn/spec"
 )
 
 func init() {
