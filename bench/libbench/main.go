@@ -116,7 +116,7 @@ func smallFiles(t target, n int) float64 {
 	if err := t.Mkdir("many", 0o755); err != nil {
 		log.Fatal(err)
 	}
-	body := []byte(strings.Repeat("x", 1024))
+	body := []byte(strings.Repeat("x", 2048))
 	for i := range n {
 		if err := t.WriteFile(fmt.Sprintf("many/f%06d", i), body, 0o644); err != nil {
 			log.Fatal(err)
@@ -150,7 +150,7 @@ func median(x []float64) float64 { slices.Sort(x); return x[len(x)/2] }
 func main() {
 	dir := flag.String("dir", "", "a scratch directory (an ext4 of its own, without discard)")
 	runs := flag.Int("runs", 3, "runs of each workload (the median is reported)")
-	n := flag.Int("files", 10000, "files of the small-file workload")
+	n := flag.Int("files", 20000, "files of the small-file workload (2 KiB each, one directory: the suite's large-directory creates)")
 	chain := flag.String("chain", "null", "the stack's layers over the directory (the inline form's chain)")
 	cairnBin := flag.String("cairn", "bin/cairn", "the cairn binary, for the mount")
 	flag.Parse()
