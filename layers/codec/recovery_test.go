@@ -187,17 +187,17 @@ func TestKnownAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.WriteAt(ctx, []byte("hello, "), 0)
-	f.Flush(ctx) // a fast tail: a delta record
-	f.WriteAt(ctx, []byte("world\n"), 7)
+	f.Flush(ctx)                         // a chunk written from nothing: a chunk record (raw, for copy)
+	f.WriteAt(ctx, []byte("world\n"), 7) // an append to it: a fast tail, a delta record
 	f.Setattr(ctx, &layer.SetAttr{Valid: layer.SetSize, Size: 12})
 	f.Release(ctx)
 	raw, _ := os.ReadFile(filepath.Join(lower, "f"))
 	got := hex.EncodeToString(raw)
-	want := knownAnswer
+	want := knownAnswerChunk
 	if got != want {
 		t.Fatalf("the on-disk bytes changed:\n got %s\nwant %s", got, want)
 	}
-	for _, known := range []string{knownAnswer, knownAnswerNoFlag} {
+	for _, known := range []string{knownAnswerChunk, knownAnswer, knownAnswerNoFlag} {
 		raw, _ := hex.DecodeString(known)
 		os.WriteFile(filepath.Join(lower, "f"), raw, 0o644)
 		b, err := layer.ReadFile(ctx, newStackAt(t, lower, "gzip", Options{Level: 6}), "f")
@@ -207,7 +207,8 @@ func TestKnownAnswer(t *testing.T) {
 	}
 }
 
-// The file TestKnownAnswer writes: header slot 0 (seq 2: size 12, log end
+// The file TestKnownAnswer wrote until a chunk written from nothing was
+// encoded at its first flush (knownAnswerChunk): header slot 0 (seq 2: size 12, log end
 // 284, flag slotWhole), slot 1 (seq 1, from creation: the empty log), a
 // delta record "hello, " (gen 1), a size record 12 (gen 2: the
 // truncation), a delta record "world" at 7 (gen 3), no checkpoint (too few
@@ -215,6 +216,17 @@ func TestKnownAnswer(t *testing.T) {
 const knownAnswer = "435a46010100010c040302010100000002000000000000000c000000000000001c0100000000000000000000000000000300000000000000000000006c02094f" +
 	"435a46010100010c04030201010000000100000000000000000000000000000080000000000000000000000000000000000000000000000000000000e1506e1d" +
 	"435a52010200000c0403020107000000010000000000000000000000000000000700000000000000899fdc7a0ab20b59" + "68656c6c6f2c20" +
+	"435a52010300000c040302010000000002000000000000000c00000000000000000000000000000000000000a904b01f" +
+	"435a52010200000c04030201050000000300000000000000000000000000000005000000070000004e81aa3119761b8c" + "776f726c64"
+
+// knownAnswerChunk is what TestKnownAnswer writes since a chunk written
+// from nothing is encoded at its first flush rather than kept as a fast
+// tail: knownAnswer with the first record a chunk record (type 1, flagRaw:
+// copy does not shrink "hello, ") instead of a delta. The format is the
+// same (version 1); knownAnswer, as earlier writers wrote it, still reads.
+const knownAnswerChunk = "435a46010100010c040302010100000002000000000000000c000000000000001c0100000000000000000000000000000300000000000000000000006c02094f" +
+	"435a46010100010c04030201010000000100000000000000000000000000000080000000000000000000000000000000000000000000000000000000e1506e1d" +
+	"435a52010101000c0403020107000000010000000000000000000000000000000700000000000000899fdc7af8fa591a" + "68656c6c6f2c20" +
 	"435a52010300000c040302010000000002000000000000000c00000000000000000000000000000000000000a904b01f" +
 	"435a52010200000c04030201050000000300000000000000000000000000000005000000070000004e81aa3119761b8c" + "776f726c64"
 

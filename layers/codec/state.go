@@ -874,7 +874,11 @@ func (s *state) persist(ctx context.Context, cs []int64) error {
 				nd++
 			}
 		}
-		if s.fs.fastTails && c == last && int64(len(d.buf)) < s.cs && d.stored < len(d.buf) && len(d.buf) >= d.orig &&
+		// A fast tail is an append to a chunk that has stored bytes
+		// already: the bytes of a chunk written from nothing (a file
+		// written and closed, as cp and tar write them) are encoded at
+		// once, so that what is at rest is compressed.
+		if s.fs.fastTails && c == last && int64(len(d.buf)) < s.cs && d.stored > 0 && d.stored < len(d.buf) && len(d.buf) >= d.orig &&
 			nd < s.maxDeltas() && len(d.buf)-d.stored < int(s.cs)/2 {
 			delta[i] = true
 			continue
