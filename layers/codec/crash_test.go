@@ -46,7 +46,9 @@ func (c *crashFile) sync() {
 }
 
 // TestCrash kills the daemon (SIGKILL) while it serves random writes (new
-// data, and in-place rewrites of fsync'ed data), and checks after a restart
+// data, appends, and in-place rewrites of fsync'ed data; releases every ten
+// writes, each followed by a fold of the file's fast tails 1 ms later), and
+// checks after a restart
 // that every fsync'ed byte that was not rewritten since is there, and that
 // fsck finds the files consistent. CAIRN_LONG=1 runs 30 crashes per codec
 // instead of 3. The seed is logged; CAIRN_CRASH_SEED=N replays the same
@@ -68,7 +70,8 @@ func TestCrash(t *testing.T) {
 	for ci, name := range codecNames {
 		t.Run(name, func(t *testing.T) {
 			lower := t.TempDir()
-			spec := fmt.Sprintf("mount = \"top\"\n[layer.base]\ntype = \"local\"\npath = %q\n[layer.top]\ntype = %q\nover = \"base\"\nchunk_size = \"4KiB\"\n", lower, name)
+			// Folds 1 ms after a release: the kills land in them too.
+			spec := fmt.Sprintf("mount = \"top\"\n[layer.base]\ntype = \"local\"\npath = %q\n[layer.top]\ntype = %q\nover = \"base\"\nchunk_size = \"4KiB\"\nfold_delay = \"1ms\"\n", lower, name)
 			p := mounttest.MountSpec(t, spec)
 			specFile := filepath.Join(filepath.Dir(p.Dir), "spec.toml")
 			r := rand.New(rand.NewPCG(seed, uint64(ci)))
@@ -142,12 +145,17 @@ func TestCrash(t *testing.T) {
 							b = text(r, 1+r.IntN(min(512, len(f.synced)-off)))
 							rewrites++
 						}
+						if op%3 == 1 {
+							// An append: a fast tail, folded after the
+							// file's next release.
+							off = len(f.current)
+						}
 						f.write(off, b) // before: it may land
 						if _, err := fds[i].WriteAt(b, int64(off)); err != nil {
 							return // the daemon is gone
 						}
-						if op%50 == 49 {
-							fds[i].Close() // a release: header, maybe compaction
+						if op%10 == 9 {
+							fds[i].Close() // a release: header, maybe compaction, then a fold
 							fd, err := os.OpenFile(p.Path(f.name), os.O_RDWR, 0)
 							if err != nil {
 								return

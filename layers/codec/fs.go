@@ -9,6 +9,7 @@ import (
 	"math/bits"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -24,8 +25,12 @@ type Options struct {
 	// CompactMin is the dead space a file may hold before compaction is
 	// considered (default 1 MiB); compaction also needs dead > live.
 	CompactMin int64
-	Logger     *slog.Logger
-	salt       uint32 // tests: a fixed salt for known-answer files
+	// FoldDelay is how long a closed file with fast tails stays as it is
+	// before they are folded into encoded chunks and the file compacted
+	// (default 2 s; negative: never). See Engine.fold.
+	FoldDelay time.Duration
+	Logger    *slog.Logger
+	salt      uint32 // tests: a fixed salt for known-answer files
 }
 
 // DefaultChunkSize is the chunk size of new files, for codecs that do not
@@ -42,6 +47,7 @@ type Engine struct {
 	shift      uint8
 	fastTails  bool
 	compactMin int64
+	foldDelay  time.Duration
 	salt       uint32
 	logger     *slog.Logger
 
@@ -50,6 +56,12 @@ type Engine struct {
 	// idle are states without handles, kept loaded (the most recent last)
 	// so that opening a file again costs no index load and no decoding.
 	idle []*state
+	// folds are the folds under way or due (see fold): timers by state,
+	// and the running ones, which Close waits for.
+	timers  map[*state]*time.Timer
+	folding sync.WaitGroup
+	foldSem chan struct{}
+	closed  bool
 }
 
 var _ layer.Transform = (*Engine)(nil)
@@ -106,8 +118,12 @@ func NewEngine(lower layer.FS, name string, o Options) (*Engine, error) {
 	if o.CompactMin == 0 {
 		o.CompactMin = 1 << 20
 	}
+	if o.FoldDelay == 0 {
+		o.FoldDelay = 2 * time.Second
+	}
 	return &Engine{Lower: lower, kind: k, codec: c, shift: uint8(bits.TrailingZeros64(uint64(o.ChunkSize))),
-		fastTails: o.FastTails, compactMin: o.CompactMin, salt: o.salt, logger: o.Logger, states: map[layer.ID]*state{}}, nil
+		fastTails: o.FastTails, compactMin: o.CompactMin, foldDelay: o.FoldDelay, salt: o.salt, logger: o.Logger,
+		states: map[layer.ID]*state{}, timers: map[*state]*time.Timer{}, foldSem: make(chan struct{}, 2)}, nil
 }
 
 // checkChunk and checkLevel are the options' checks, for New and for
@@ -141,7 +157,15 @@ func Register(k *Kind) {
 			Help:  "size of the independently encoded chunks of new files: a power of two from 4KiB to 1MiB",
 			Check: func(v any) error { n, _ := v.(int64); return checkChunk(n) }},
 		{Name: "fast_tails", Kind: registry.Bool, Default: true,
-			Help: "keep small appends unencoded until their chunk fills"},
+			Help: "keep small appends unencoded until their chunk fills, or until the file has been closed for fold_delay"},
+		{Name: "fold_delay", Kind: registry.Duration, Default: "2s",
+			Help: "how long a closed file's fast tails stay unencoded before they are folded (encoded, the file compacted); 0: never",
+			Check: func(v any) error {
+				if d, _ := v.(time.Duration); d < 0 {
+					return fmt.Errorf("must not be negative")
+				}
+				return nil
+			}},
 	}
 	if k.HasLevel {
 		opts = append(opts, registry.Option{Name: "level", Kind: registry.Int, Default: int64(k.DefaultLevel),
@@ -154,7 +178,11 @@ func Register(k *Kind) {
 		Changes: layer.ChangesData | layer.ChangesAttrs,
 		Lacks:   layer.FSTmpfile,
 		New: func(l []layer.FS, v registry.Values) (layer.FS, error) {
-			return New(l[0], name, Options{Level: int(v.Int("level")), ChunkSize: v.Int("chunk_size"), FastTails: v.Bool("fast_tails")})
+			fold := v.Duration("fold_delay")
+			if fold == 0 {
+				fold = -1 // never
+			}
+			return New(l[0], name, Options{Level: int(v.Int("level")), ChunkSize: v.Int("chunk_size"), FastTails: v.Bool("fast_tails"), FoldDelay: fold})
 		},
 	})
 }
@@ -255,9 +283,11 @@ func (fs *Engine) put(ctx context.Context, st *state) error {
 		return nil
 	}
 	var err error
+	fold := false
 	st.mu.Lock()
 	if st.chunks != nil {
 		err = st.sync(ctx, false, true)
+		fold = err == nil && !st.ro && st.hasDeltas()
 		// An idle file keeps only its last chunk decoded (an append's).
 		last := (st.size - 1) / st.cs
 		for c := range st.cache {
@@ -272,6 +302,9 @@ func (fs *Engine) put(ctx context.Context, st *state) error {
 		if err == nil && st.chunks != nil {
 			st.idle = true
 			fs.idle = append(fs.idle, st)
+			if fold {
+				fs.foldLater(st)
+			}
 			var evict []*state
 			for len(fs.idle) > maxIdle {
 				old := fs.idle[0]
@@ -280,8 +313,19 @@ func (fs *Engine) put(ctx context.Context, st *state) error {
 				delete(fs.states, old.ino)
 				evict = append(evict, old)
 			}
-			fs.mu.Unlock()
+			var release []*state
 			for _, old := range evict {
+				if t := fs.timers[old]; t != nil && t.Stop() {
+					// Due for a fold: it is done now, in the
+					// background, and the file let go of after it.
+					delete(fs.timers, old)
+					go fs.foldEvicted(old) // takes the timer's count in fs.folding
+					continue
+				}
+				release = append(release, old)
+			}
+			fs.mu.Unlock()
+			for _, old := range release {
 				old.lower.Release(ctx)
 			}
 			return nil
@@ -328,8 +372,27 @@ func (fs *Engine) Forget(ctx context.Context, ino layer.ID) {
 	st.lower.Release(ctx)
 }
 
-// Close releases the files kept open for closed handles.
+// Close releases the files kept open for closed handles, once the folds
+// under way are done and those that were due are made.
 func (fs *Engine) Close() error {
+	fs.mu.Lock()
+	fs.closed = true
+	var due []*state
+	for st, t := range fs.timers {
+		if t.Stop() {
+			fs.folding.Done()
+			if st.idle && !st.removed {
+				due = append(due, st)
+			}
+		}
+		delete(fs.timers, st)
+	}
+	fs.mu.Unlock()
+	fs.folding.Wait()
+	ctx := layer.AsSelf(context.Background())
+	for _, st := range due {
+		fs.foldState(ctx, st)
+	}
 	fs.mu.Lock()
 	idle := fs.idle
 	fs.idle = nil

@@ -1,0 +1,126 @@
+package codec
+
+import (
+	"context"
+	"time"
+
+	"cairnfs.dev/cairn/layer"
+)
+
+// Folding at rest. Fast tails make an append cheap: the new bytes go to
+// the log unencoded (a delta record), until their chunk fills. A file that
+// is appended to and then left alone (a log, a file written in several
+// opens) would keep them unencoded for good. So once a file with deltas
+// has had no handle open for FoldDelay, its chunks with deltas are encoded
+// again whole and the file compacted, in the background: the deltas and
+// the records they amended give their space back. Its times are kept (the
+// fold is not a change of the file; its ctime moves, as a chattr's would).
+// A file evicted from the idle states before its fold is folded at once,
+// in the background, and let go of after. At most two folds run at a
+// time; an unmount waits for those under way and makes those that are due.
+
+// hasDeltas reports whether a chunk carries fast-tail deltas; s.mu is held.
+func (s *state) hasDeltas() bool {
+	for _, ops := range s.chunks {
+		if chunkHasDelta(ops) {
+			return true
+		}
+	}
+	return false
+}
+
+// foldLater schedules st's fold; fs.mu is held.
+func (fs *Engine) foldLater(st *state) {
+	if fs.foldDelay < 0 || fs.closed || fs.timers[st] != nil {
+		return
+	}
+	fs.folding.Add(1)
+	fs.timers[st] = time.AfterFunc(fs.foldDelay, func() {
+		defer fs.folding.Done()
+		fs.mu.Lock()
+		if fs.timers[st] == nil {
+			fs.mu.Unlock()
+			return // stopped meanwhile
+		}
+		delete(fs.timers, st)
+		if fs.closed || !st.idle || st.removed {
+			fs.mu.Unlock()
+			return // in use again: folded at its next close
+		}
+		fs.unidle(st)
+		st.refs++
+		fs.mu.Unlock()
+		ctx := layer.AsSelf(context.Background())
+		fs.foldState(ctx, st)
+		fs.put(ctx, st)
+	})
+}
+
+// foldEvicted folds st, taken off the idle states, and lets go of its
+// lower file.
+func (fs *Engine) foldEvicted(st *state) {
+	defer fs.folding.Done()
+	ctx := layer.AsSelf(context.Background())
+	fs.foldState(ctx, st)
+	st.lower.Release(ctx)
+}
+
+func (fs *Engine) foldState(ctx context.Context, st *state) {
+	fs.foldSem <- struct{}{}
+	defer func() { <-fs.foldSem }()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if err := st.fold(ctx); err != nil {
+		fs.log().Warn("codec: cannot fold the file's fast tails (it stays readable as it is)", "path", st.path, "err", err)
+	}
+}
+
+// fold encodes again each chunk that carries deltas, compacts the log and
+// puts the file's times back; s.mu is held.
+func (s *state) fold(ctx context.Context) error {
+	if s.ro || s.broken != nil || s.chunks == nil || !s.hasDeltas() {
+		return nil
+	}
+	a, err := s.lower.Getattr(ctx)
+	if err != nil {
+		return err
+	}
+	var cs []int64
+	for _, c := range s.order() {
+		if !chunkHasDelta(s.chunks[c]) {
+			continue
+		}
+		b, err := s.content(ctx, c)
+		if err != nil {
+			return err
+		}
+		delete(s.cache, c)
+		// stored 0: persist encodes it whole (no delta of it).
+		s.dirty[c] = &dirty{buf: b, stored: 0, orig: len(b)}
+		cs = append(cs, c)
+	}
+	if err := s.persist(ctx, cs); err != nil {
+		return err
+	}
+	// A small file (a log under 1 MiB) is compacted as soon as most of it
+	// is dead, which the fold just made it; a larger one as usual.
+	if s.shouldCompact() || s.logEnd < s.fs.compactMin && s.logEnd-headerSize-s.live > s.live {
+		if err := s.compact(ctx); err != nil {
+			return err
+		}
+	}
+	if err := s.sync(ctx, false, false); err != nil {
+		return err
+	}
+	_, err = s.lower.Setattr(ctx, &layer.SetAttr{Valid: layer.SetAtime | layer.SetMtime, Atime: a.Atime, Mtime: a.Mtime})
+	return err
+}
+
+func chunkHasDelta(ops []op) bool {
+	for _, o := range ops {
+		if o.kind == opDelta {
+			return true
+		}
+	}
+	return false
+}

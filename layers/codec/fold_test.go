@@ -1,0 +1,122 @@
+package codec
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+)
+
+// appendLines appends n lines to p through the mount, each in an open of
+// its own (a log written by a program that opens, appends and closes).
+func appendLines(t *testing.T, p string, n, from int) []byte {
+	t.Helper()
+	var all []byte
+	for i := range n {
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := fmt.Sprintf("%06d the quick brown fox jumps over the lazy dog, again and again and again\n", from+i)
+		if _, err := f.WriteString(line); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, line...)
+	}
+	return all
+}
+
+// TestFoldAtRest: a file appended to in many opens (each close stores its
+// bytes as an unencoded fast tail) and then left alone is folded: its
+// chunks encoded again and the log compacted, so that what is at rest is
+// compressed; its bytes, size and mtime are unchanged, it reads back the
+// same after a remount, and fsck finds it clean. Files pushed out of the
+// idle states before their fold (more than maxIdle closed files) are folded
+// too, before the unmount returns.
+func TestFoldAtRest(t *testing.T) {
+	dir := t.TempDir()
+	fs := newStackAt(t, dir, "zstd", Options{FastTails: true, FoldDelay: 400 * time.Millisecond})
+	m := mounttest.Mount(t, fs)
+	want := appendLines(t, m.Path("log"), 300, 0)
+	lp := filepath.Join(dir, "log")
+	// The last release (after the last close) writes the header: the
+	// times to keep are those it leaves.
+	time.Sleep(150 * time.Millisecond)
+	var before unix.Stat_t
+	unix.Stat(lp, &before)
+	if before.Size < int64(len(want)) {
+		t.Fatalf("before the fold the lower holds %d bytes for %d appended: not fast tails?", before.Size, len(want))
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	var after unix.Stat_t
+	for {
+		unix.Stat(lp, &after)
+		if after.Size < int64(len(want))/4 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if after.Size >= int64(len(want))/4 {
+		t.Fatalf("not folded: the lower holds %d bytes for %d of text", after.Size, len(want))
+	}
+	t.Logf("%d bytes appended in 300 opens: %d bytes stored before the fold, %d after", len(want), before.Size, after.Size)
+	if after.Mtim != before.Mtim {
+		t.Errorf("the fold moved the lower mtime: %v -> %v", before.Mtim, after.Mtim)
+	}
+	if b, err := os.ReadFile(m.Path("log")); err != nil || !bytes.Equal(b, want) {
+		t.Fatalf("after the fold: %d bytes, %v", len(b), err)
+	}
+	// Appends after a fold are fast tails again, and fold again.
+	want = append(want, appendLines(t, m.Path("log"), 50, 300)...)
+
+	// More closed files than the engine keeps: the oldest are folded as
+	// they are let go of, the others at the unmount.
+	wants := map[string][]byte{}
+	for i := range maxIdle + 8 {
+		name := fmt.Sprintf("f%02d", i)
+		wants[name] = appendLines(t, m.Path(name), 20, 0)
+	}
+	m.Unmount()
+	layer.CloseStack(fs)
+	for name, w := range wants {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil || fi.Size() >= int64(len(w)) {
+			t.Errorf("%s: %d bytes stored for %d of text after the unmount (%v)", name, fi.Size(), len(w), err)
+		}
+	}
+	fs2 := newStackAt(t, dir, "zstd", Options{FastTails: true})
+	ctx := context.Background()
+	if b, err := layer.ReadFile(ctx, fs2, "log"); err != nil || !bytes.Equal(b, want) {
+		t.Fatalf("after a remount: %d bytes, %v", len(b), err)
+	}
+	for name, w := range wants {
+		if b, err := layer.ReadFile(ctx, fs2, name); err != nil || !bytes.Equal(b, w) {
+			t.Errorf("%s after a remount: %d bytes, %v", name, len(b), err)
+		}
+	}
+	for _, name := range append([]string{"log"}, keys(wants)...) {
+		rep, err := fs2.Check(ctx, name, CheckOnly)
+		if err != nil || !rep.OK() {
+			t.Errorf("fsck %s: %s, %v", name, rep.String(), err)
+		}
+	}
+}
+
+func keys(m map[string][]byte) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
