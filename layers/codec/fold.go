@@ -56,6 +56,11 @@ func (fs *Engine) foldLater(st *state) {
 	})
 }
 
+// maxEvictedFolds bounds the states let go of that wait for their fold,
+// each with its lower file open: past it, a file let go of keeps its fast
+// tails until its next close.
+const maxEvictedFolds = 16
+
 // foldEvicted folds st, taken off the idle states, and lets go of its
 // lower file.
 func (fs *Engine) foldEvicted(st *state) {
@@ -63,6 +68,9 @@ func (fs *Engine) foldEvicted(st *state) {
 	ctx := layer.AsSelf(context.Background())
 	fs.foldState(ctx, st)
 	st.lower.Release(ctx)
+	fs.mu.Lock()
+	fs.evicting--
+	fs.mu.Unlock()
 }
 
 func (fs *Engine) foldState(ctx context.Context, st *state) {

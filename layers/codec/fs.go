@@ -61,7 +61,10 @@ type Engine struct {
 	timers  map[*state]*time.Timer
 	folding sync.WaitGroup
 	foldSem chan struct{}
-	closed  bool
+	// evicting counts the folds of states let go of, which keep their
+	// lower file open until done: at most maxEvictedFolds.
+	evicting int
+	closed   bool
 }
 
 var _ layer.Transform = (*Engine)(nil)
@@ -316,11 +319,15 @@ func (fs *Engine) put(ctx context.Context, st *state) error {
 			var release []*state
 			for _, old := range evict {
 				if t := fs.timers[old]; t != nil && t.Stop() {
-					// Due for a fold: it is done now, in the
-					// background, and the file let go of after it.
 					delete(fs.timers, old)
-					go fs.foldEvicted(old) // takes the timer's count in fs.folding
-					continue
+					if fs.evicting < maxEvictedFolds {
+						// Due for a fold: it is done now, in the
+						// background, and the file let go of after.
+						fs.evicting++
+						go fs.foldEvicted(old) // takes the timer's count in fs.folding
+						continue
+					}
+					fs.folding.Done() // too many already: left for its next close
 				}
 				release = append(release, old)
 			}
