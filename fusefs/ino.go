@@ -29,6 +29,10 @@ type inoMap struct {
 	ns    map[nsKey]uint64
 	keys  []nsKey // by namespace number: the inverse of ns
 	spill map[layer.ID]uint64
+	// fresh gives objects a serial number in place of their own while a
+	// node of their own number must be left to the files open on it (see
+	// renumber).
+	fresh map[layer.ID]uint64
 	next  uint64 // next serial number
 	root  layer.ID
 }
@@ -54,6 +58,9 @@ func (m *inoMap) direntIno(id layer.ID) uint64 { return m.get(id, false) }
 func (m *inoMap) get(id layer.ID, keep bool) uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if n, ok := m.fresh[noGen(id)]; ok {
+		return n
+	}
 	if id.Ino <= maxIno {
 		k := nsKey{id.Dev, id.Branch}
 		ns, ok := m.ns[k]
@@ -110,5 +117,30 @@ func (m *inoMap) forget(id layer.ID, ino uint64) {
 	if m.spill[id] == ino {
 		delete(m.spill, id)
 	}
+	if m.fresh[noGen(id)] == ino {
+		delete(m.fresh, noGen(id))
+	}
 	m.mu.Unlock()
 }
+
+// renumber gives id a new serial number, for the nodes made from now on:
+// the node of its old number stays the files' that are open on it (a
+// passthrough backing file the kernel keeps, see passthrough.go), and the
+// next lookup of the name makes a node of the new number.
+func (m *inoMap) renumber(id layer.ID) uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := spillBit | m.next
+	m.next++
+	if m.fresh == nil {
+		m.fresh = make(map[layer.ID]uint64)
+	}
+	m.fresh[noGen(id)] = n
+	return n
+}
+
+// noGen is id without its generation: fresh numbers replace the numbers
+// made of the other fields (a layer may present one object with another
+// generation later: a union's copy keeps its original's number, not its
+// birth time).
+func noGen(id layer.ID) layer.ID { id.Gen = 0; return id }

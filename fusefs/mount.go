@@ -357,7 +357,12 @@ type rawFS struct {
 
 func (r *rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	s := r.RawFileSystem.Open(cancel, in, out)
-	r.st.passOpened(cancel, s, out)
+	if !r.st.passOpened(cancel, s, out) {
+		// The file is released as the kernel would (it never sees it),
+		// and the open fails: see passthrough.go.
+		r.RawFileSystem.Release(cancel, &fuse.ReleaseIn{InHeader: in.InHeader, Fh: out.Fh, Flags: in.Flags})
+		return fuse.Status(syscall.ESTALE)
+	}
 	return s
 }
 
@@ -388,7 +393,7 @@ func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, o
 	r.st.extras.Store(cancel, in.Umask)
 	defer r.st.extras.Delete(cancel)
 	s := r.RawFileSystem.Create(cancel, in, name, out)
-	r.st.passOpened(cancel, s, &out.OpenOut)
+	r.st.passOpened(cancel, s, &out.OpenOut) // a new object: no backing file yet
 	return s
 }
 
@@ -396,7 +401,7 @@ func (r *rawFS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.Cre
 	r.st.extras.Store(cancel, in.Umask)
 	defer r.st.extras.Delete(cancel)
 	s := r.RawFileSystem.Tmpfile(cancel, in, out)
-	r.st.passOpened(cancel, s, &out.OpenOut)
+	r.st.passOpened(cancel, s, &out.OpenOut) // a new object: no backing file yet
 	return s
 }
 

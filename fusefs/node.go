@@ -262,7 +262,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	// A node the tree has for this name and object (one that a lookup by
 	// node id put there, see LookupNode) is the one to give the kernel.
 	if ch := n.GetChild(name); ch != nil {
-		if sameObject(ch, a.ID()) {
+		// (Unless the object has been given a new number since: see
+		// inoMap.renumber.)
+		if sameObject(ch, a.ID()) && ch.StableAttr().Ino == n.st.inos.ino(a.ID()) {
 			fillAttr(&a, &out.Attr)
 			out.Attr.Ino = ch.StableAttr().Ino
 			n.st.remember(ctx, out.Attr.Ino, p, a.ID(), a.IsDir(), n.StableAttr().Ino)

@@ -22,9 +22,17 @@ import (
 //     node's backing file);
 //   - FOPEN_PASSTHROUGH with FOPEN_DIRECT_IO, when the node has a backing
 //     file that is not this file's, or this file is not to be passed
-//     through: reads and writes come to the daemon, which serves them from
-//     the layer's file (a shared mapping of it, though, maps the backing
-//     file, as the kernel does for such opens);
+//     through, and the open is read-only: reads come to the daemon, which
+//     serves them from the layer's file (a mapping of it, though, maps the
+//     backing file, as the kernel does for such opens: it reads what that
+//     file holds);
+//   - ESTALE for such an open that may write: a shared mapping of it would
+//     write the backing file, another file (a union's lower file held open
+//     from before a copy-up, another replica), whatever its access mode.
+//     The object is given a new node number, so that the kernel, which
+//     looks the name up again on ESTALE, opens a node of its own, with no
+//     backing file; the files open on the old node keep it (its st_ino
+//     then differs from the new one's until they are closed);
 //   - cached io through the daemon otherwise.
 //
 // The daemon decides this itself rather than through go-fuse's
@@ -56,18 +64,19 @@ func (st *state) opening(f *file) {
 }
 
 // passOpened sets the reply out of the OPEN or CREATE request req, which
-// gave status s, to say how the kernel reads and writes its file.
-func (st *state) passOpened(req <-chan struct{}, s fuse.Status, out *fuse.OpenOut) {
+// gave status s, to say how the kernel reads and writes its file; false
+// when the open must fail with ESTALE instead (its node renumbered).
+func (st *state) passOpened(req <-chan struct{}, s fuse.Status, out *fuse.OpenOut) bool {
 	st.ptMu.Lock()
 	defer st.ptMu.Unlock()
 	f := st.openings[req]
 	delete(st.openings, req)
 	if f == nil || !s.Ok() {
-		return
+		return true
 	}
 	n := fileNode(f)
 	if n == nil {
-		return
+		return true
 	}
 	fd, dev, ino := st.backingFd(f)
 	if fd >= 0 {
@@ -83,20 +92,23 @@ func (st *state) passOpened(req <-chan struct{}, s fuse.Status, out *fuse.OpenOu
 			st.log.Warn("the kernel refuses backing files: files are served by the daemon", "err", errno)
 			n.cached++
 			f.cached = true
-			return
+			return true
 		}
 		n.bk = &backing{id: id, dev: dev, ino: ino}
+	case n.bk != nil && f.writable:
+		st.inos.renumber(n.id)
+		return false
 	case n.bk != nil:
 		out.OpenFlags |= fuse.FOPEN_DIRECT_IO | fuse.FOPEN_PASSTHROUGH
 		out.OpenFlags &^= fuse.FOPEN_KEEP_CACHE
 		out.BackingID = n.bk.id
 		n.bk.refs++
 		f.bk = n.bk
-		return
+		return true
 	default:
 		n.cached++
 		f.cached = true
-		return
+		return true
 	}
 	out.OpenFlags |= fuse.FOPEN_PASSTHROUGH
 	out.OpenFlags &^= fuse.FOPEN_KEEP_CACHE
@@ -104,6 +116,7 @@ func (st *state) passOpened(req <-chan struct{}, s fuse.Status, out *fuse.OpenOu
 	n.bk.refs++
 	f.bk = n.bk
 	f.passed.Store(true)
+	return true
 }
 
 // backingFd is a new descriptor of the file f passes through to, with its

@@ -886,3 +886,48 @@ func TestReplicaSmallReadsStayOnPrimary(t *testing.T) {
 		t.Error("no large file was read on replica 2")
 	}
 }
+
+// TestReplicaMmapWriteWhileRead: a file held open for reading (passed
+// through to one replica's file) is written through a shared mapping of
+// another open, which the layer passes through to the reader's replica too
+// (opens.go): the write reaches every replica once the writer is released
+// (its copy to the others).
+func TestReplicaMmapWriteWhileRead(t *testing.T) {
+	dirs := lowers(t, 2)
+	r := build(t, replica.Options{Policy: replica.RoundRobin}, locals(t, dirs)...)
+	m := mounttest.Mount(t, r)
+	if err := os.WriteFile(m.Path("f"), []byte("0123456789abcdef"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rd, err := os.Open(m.Path("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	w, err := os.OpenFile(m.Path("f"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatalf("open for writing while a reader holds the file: %v", err)
+	}
+	mp, err := unix.Mmap(int(w.Fd()), 0, 16, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(mp, "MAPPED")
+	unix.Msync(mp, unix.MS_SYNC)
+	unix.Munmap(mp)
+	w.Close()
+	deadline := time.Now().Add(3 * time.Second)
+	for _, d := range dirs {
+		for {
+			b, _ := os.ReadFile(filepath.Join(d, "f"))
+			if string(b) == "MAPPED6789abcdef" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("%s holds %q", d, b)
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
