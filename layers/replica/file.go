@@ -19,13 +19,14 @@ import (
 type file struct {
 	fs    *FS
 	path  atomic.Pointer[string]
-	flags int       // for reopening on another replica
-	show  *layer.ID // the identity shown, when rd is not the primary
-	epoch uint64    // fs.epoch when the file was last marked dirty
-	id    layer.ID  // the object's identity (the primary's), for fs.opens
-	pt    bool      // passed through (see opens.go)
-	ptw   bool      // opened to write, and passed through to replica rd
-	busy  int       // 1 + the replica whose outstanding count this open holds
+	flags int         // for reopening on another replica
+	show  *layer.ID   // the identity shown, when rd is not the primary
+	epoch uint64      // fs.epoch when the file was last marked dirty
+	id    layer.ID    // the object's identity (the primary's), for fs.opens
+	pt    bool        // passed through (see opens.go)
+	ptw   bool        // opened to write, and passed through to replica rd
+	busy  int         // 1 + the replica whose outstanding count this open holds
+	wrote atomic.Bool // changed since its last flush (see alignTimes)
 
 	mu sync.Mutex
 	lf []layer.File // by replica; nil where not open
@@ -167,6 +168,7 @@ func (f *file) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 }
 
 func (f *file) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
+	f.wrote.Store(true)
 	ns, lead, err := write(ctx, f, "write", func(lf layer.File) (int, error) { return lf.WriteAt(ctx, p, off) })
 	if err == nil {
 		// A short write on some replicas only: they differ now.
@@ -206,6 +208,9 @@ func (f *file) Getattr(ctx context.Context) (layer.Attr, error) {
 }
 
 func (f *file) Setattr(ctx context.Context, in *layer.SetAttr) (layer.Attr, error) {
+	if in.Valid&layer.SetSize != 0 {
+		f.wrote.Store(true)
+	}
 	as, lead, err := write(ctx, f, "fsetattr", func(lf layer.File) (layer.Attr, error) { return lf.Setattr(ctx, in) })
 	if as == nil {
 		return layer.Attr{}, err
@@ -224,7 +229,32 @@ func (f *file) Flush(ctx context.Context) error {
 		return err
 	}
 	_, _, err := write(ctx, f, "flush", func(lf layer.File) (struct{}, error) { return struct{}{}, lf.Flush(ctx) })
+	if err == nil && f.wrote.Swap(false) {
+		f.alignTimes(ctx)
+	}
 	return err
+}
+
+// alignTimes gives every replica's file the first one's access and
+// modification times, at each close of a file that changed: each replica
+// took the writes at its own moment, and a file's times must not depend on
+// the replica that answers a stat (a read-only file is read from another
+// replica than the primary). The ctimes still differ.
+func (f *file) alignTimes(ctx context.Context) {
+	o := f.open()
+	if len(o) < 2 {
+		return
+	}
+	a, err := f.get(o[0]).Getattr(ctx)
+	if err != nil {
+		return
+	}
+	in := &layer.SetAttr{Valid: layer.SetAtime | layer.SetMtime, Atime: a.Atime, Mtime: a.Mtime}
+	for _, i := range o[1:] {
+		if lf := f.get(i); lf != nil {
+			lf.Setattr(ctx, in)
+		}
+	}
 }
 
 func (f *file) Fsync(ctx context.Context, datasync bool) error {
@@ -260,6 +290,7 @@ func (f *file) Release(ctx context.Context) error {
 }
 
 func (f *file) Allocate(ctx context.Context, off, length int64, mode uint32) error {
+	f.wrote.Store(true)
 	_, _, err := write(ctx, f, "fallocate", func(lf layer.File) (struct{}, error) { return struct{}{}, lf.Allocate(ctx, off, length, mode) })
 	return err
 }

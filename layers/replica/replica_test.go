@@ -931,3 +931,39 @@ func TestReplicaMmapWriteWhileRead(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicaTimesAlike: after a file is written and closed, its replicas
+// have the same modification time (each took the writes at its own
+// moment), so a stat gives the same times whichever replica answers.
+func TestReplicaTimesAlike(t *testing.T) {
+	dirs := lowers(t, 3)
+	r := build(t, replica.Options{Policy: replica.RoundRobin}, locals(t, dirs)...)
+	m := mounttest.Mount(t, r)
+	for i := range 5 {
+		name := fmt.Sprintf("f%d", i)
+		if err := os.WriteFile(m.Path(name), bytes.Repeat([]byte("t"), 100000*(i+1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(m.Path(name), os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString("more")
+		f.Close()
+	}
+	m.Unmount() // the last releases are done
+	for i := range 5 {
+		var first unix.Stat_t
+		for k, d := range dirs {
+			var st unix.Stat_t
+			if err := unix.Stat(filepath.Join(d, fmt.Sprintf("f%d", i)), &st); err != nil {
+				t.Fatal(err)
+			}
+			if k == 0 {
+				first = st
+			} else if st.Mtim != first.Mtim {
+				t.Errorf("f%d: replica %d's mtime %v, replica 1's %v", i, k+1, st.Mtim, first.Mtim)
+			}
+		}
+	}
+}
