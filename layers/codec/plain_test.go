@@ -1,0 +1,175 @@
+package codec
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"cairn/internal/mounttest"
+	"cairn/layer"
+)
+
+// isCodecFile reports whether the lower file at p starts with the header
+// magic.
+func isCodecFile(t *testing.T, p string) bool {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(b) > 0 && !isPlainBytes(b[:min(len(b), plainProbe)])
+}
+
+func readBack(t *testing.T, p string, want []byte) {
+	t.Helper()
+	got, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatalf("%s: %v", p, err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s: read %d bytes, want %d (equal prefix: %v)", p, len(got), len(want), bytes.HasPrefix(want, got))
+	}
+	fi, err := os.Stat(p)
+	if err != nil || fi.Size() != int64(len(want)) {
+		t.Fatalf("%s: stat: %v, size %d, want %d", p, err, fi.Size(), len(want))
+	}
+}
+
+// TestPlainFiles: a codec layer over a directory of existing files serves
+// them as they are (size and bytes), keeps an appended one plain, writes a
+// rewritten (O_TRUNC, truncate to 0) or empty one in its format, and still
+// refuses (EIO) a file of its own whose data is damaged.
+func TestPlainFiles(t *testing.T) {
+	for _, name := range codecNames {
+		t.Run(name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(1, 2))
+			lower := t.TempDir()
+			files := map[string][]byte{
+				"text":       text(r, 300<<10),
+				"small":      []byte("hello"),
+				"C":          []byte("Cx"), // starts like the magic, is not it
+				"dir/binary": randBytes(r, 70<<10),
+				"rewrite":    text(r, 10<<10),
+				"trunc":      text(r, 10<<10),
+				"held":       []byte("old content"),
+			}
+			os.Mkdir(filepath.Join(lower, "dir"), 0o755)
+			for p, b := range files {
+				if err := os.WriteFile(filepath.Join(lower, p), b, 0o640); err != nil {
+					t.Fatal(err)
+				}
+			}
+			os.WriteFile(filepath.Join(lower, "empty"), nil, 0o644)
+			// A file of the engine's, then damaged in its first record's
+			// payload (the magic numbers stay).
+			{
+				fs := newStackAt(t, lower, name, Options{})
+				m := mounttest.Mount(t, fs)
+				if err := os.WriteFile(filepath.Join(m.Dir, "enc"), text(r, 20<<10), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				m.Unmount()
+				layer.CloseStack(fs)
+				b, _ := os.ReadFile(filepath.Join(lower, "enc"))
+				b[headerSize+recHdrSize+3] ^= 0x55
+				os.WriteFile(filepath.Join(lower, "enc"), b, 0o644)
+			}
+			m := mounttest.Mount(t, newStackAt(t, lower, name, Options{}))
+			at := func(p string) string { return filepath.Join(m.Dir, p) }
+			for p, b := range files {
+				readBack(t, at(p), b)
+			}
+			readBack(t, at("empty"), nil)
+			if _, err := os.ReadFile(at("enc")); !errors.Is(err, syscall.EIO) {
+				t.Fatalf("damaged file of the engine: %v, want EIO", err)
+			}
+
+			// Appended: stays plain, every byte there.
+			f, err := os.OpenFile(at("text"), os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Write([]byte("appended\n"))
+			f.Close()
+			want := append(files["text"], "appended\n"...)
+			readBack(t, at("text"), want)
+			if lb, _ := os.ReadFile(filepath.Join(lower, "text")); !bytes.Equal(lb, want) {
+				t.Fatal("appended plain file: the lower file is not the plain bytes")
+			}
+			// Rewritten (O_TRUNC) and truncated to 0: the engine's now.
+			if err := os.WriteFile(at("rewrite"), []byte("new bytes"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			readBack(t, at("rewrite"), []byte("new bytes"))
+			if !isCodecFile(t, filepath.Join(lower, "rewrite")) {
+				t.Fatal("a rewritten plain file is not in the codec's format")
+			}
+			if err := os.Truncate(at("trunc"), 0); err != nil {
+				t.Fatal(err)
+			}
+			f, _ = os.OpenFile(at("trunc"), os.O_WRONLY|os.O_APPEND, 0)
+			f.Write([]byte("after truncation"))
+			f.Close()
+			readBack(t, at("trunc"), []byte("after truncation"))
+			if !isCodecFile(t, filepath.Join(lower, "trunc")) {
+				t.Fatal("a plain file truncated to 0 is not in the codec's format")
+			}
+			// Truncated to another size: stays plain.
+			if err := os.Truncate(at("dir/binary"), 1000); err != nil {
+				t.Fatal(err)
+			}
+			readBack(t, at("dir/binary"), files["dir/binary"][:1000])
+			if isCodecFile(t, filepath.Join(lower, "dir/binary")) {
+				t.Fatal("a plain file truncated to 1000 bytes changed format")
+			}
+			// An empty file is the engine's.
+			os.WriteFile(at("empty"), []byte("now encoded"), 0o644)
+			readBack(t, at("empty"), []byte("now encoded"))
+			if !isCodecFile(t, filepath.Join(lower, "empty")) {
+				t.Fatal("a written empty file is not in the codec's format")
+			}
+			// Rewritten while another descriptor has it open: stays plain,
+			// so that the open one never sees encoded bytes.
+			h, err := os.Open(at("held"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(at("held"), []byte("rewritten while open"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 100)
+			n, _ := h.ReadAt(buf, 0)
+			h.Close()
+			if string(buf[:n]) != "rewritten while open" {
+				t.Fatalf("the open descriptor reads %q", buf[:n])
+			}
+			if isCodecFile(t, filepath.Join(lower, "held")) {
+				t.Fatal("a file rewritten while open changed format under the open descriptor")
+			}
+			readBack(t, at("held"), []byte("rewritten while open"))
+			// The files of a conversion are hidden.
+			os.WriteFile(filepath.Join(lower, ConvertPrefix+"x"), []byte("tmp"), 0o600)
+			if _, err := os.Stat(at(ConvertPrefix + "x")); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("a conversion's file is visible: %v", err)
+			}
+			ents, _ := os.ReadDir(m.Dir)
+			for _, e := range ents {
+				if e.Name() == ConvertPrefix+"x" {
+					t.Fatal("a conversion's file is listed")
+				}
+			}
+		})
+	}
+}
+
+func randBytes(r *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
