@@ -24,7 +24,7 @@ func runConvert(args []string, stdout, stderr io.Writer) int {
 	fl := flag.NewFlagSet("convert", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	toPlain := fl.Bool("to-plain", false, "the reverse: rewrite every file of the layer as its plain bytes")
-	verbose := fl.Bool("v", false, "print every file converted, with the disk space it took before and after")
+	verbose := fl.Bool("v", false, "print every file converted, with its size before and after")
 	passfile := fl.String("passfile", "", "the passphrase of every crypt layer, from the first line of this file")
 	extpass := fl.String("extpass", "", "the passphrase of every crypt layer, from the first line of this command's output (sh -c)")
 	fl.Usage = func() {
@@ -50,8 +50,9 @@ split its links). Sparse files keep their holes.
 
 It refuses a stack that is mounted: unmount it first. It shows its
 progress on standard error (a bar on a terminal, a line every few seconds
-elsewhere), and ends with a summary per layer: files converted, the disk
-space they took before and after (their blocks), the space saved.
+elsewhere), and ends with a summary per layer: files converted, their
+sizes before and after (of a sparse file, the space its blocks take), the
+space saved.
 
 Exit codes:
   0  every file is in the wanted form

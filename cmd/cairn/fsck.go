@@ -36,8 +36,10 @@ func runFsck(args []string, stdout, stderr io.Writer) int {
 
 Checks every file under each size-changing layer (copy, uuencode, gzip, zstd,
 lz4) of the stack SPEC: the header and index of each file against a scan of
-its records, and every chunk's data. It refuses a stack that is mounted (or
-being checked): unmount it first.
+its records, and every chunk's data. A file the layer did not write (one
+that was in the directory before, served as it is) is reported as "plain
+(not yet converted)", which is no problem: 'cairn convert' converts them.
+It refuses a stack that is mounted (or being checked): unmount it first.
 
 With --repair it rebuilds the indexes and headers that are missing, stale or
 wrong, which changes no byte of any file, and prints per file what it

@@ -524,7 +524,11 @@ func (fs *FS) Fsck(ctx context.Context, mode layer.CheckMode, progress func(done
 	sum.Line = fmt.Sprintf("%s layer: %d files checked, %d repaired, %d index problems left, %d damaged chunks",
 		fs.e.kind.Name, len(files), repaired, problems, damaged)
 	if plain > 0 {
-		sum.Line += fmt.Sprintf(", %d plain files (not yet converted: they are served as they are; 'cairn convert' converts them)", plain)
+		files := "files"
+		if plain == 1 {
+			files = "file"
+		}
+		sum.Line += fmt.Sprintf(", %d plain %s (not yet converted: served as they are; 'cairn convert' converts them)", plain, files)
 	}
 	return sum, nil
 }

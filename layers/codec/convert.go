@@ -20,7 +20,7 @@ type ConvertSummary struct {
 	Skipped   int   // left as they are (hard links)
 	Failed    int   // could not be converted (left as they were)
 	Leftovers int   // files of an interrupted conversion, removed
-	Before    int64 // disk space of the converted files in the lower (their blocks), before
+	Before    int64 // bytes of the converted files in the lower (see held), before
 	After     int64 // and after
 }
 
@@ -91,10 +91,19 @@ func (fs *FS) Convert(ctx context.Context, toPlain bool, progress func(files, to
 		return sum, fmt.Errorf("listing the files of the %s layer: %w", fs.e.kind.Name, err)
 	}
 	sum.Files = len(files)
+	// New files are written by an engine of their own without fast tails:
+	// a file written whole is encoded whole (fast tails would keep its
+	// last chunk, all of a small file, unencoded).
+	w, err := NewEngine(fs.e.Lower, fs.e.kind.Name, Options{Level: fs.e.kind.DefaultLevel, ChunkSize: 1 << fs.e.shift, CompactMin: fs.e.compactMin, Logger: fs.e.logger})
+	if err != nil {
+		return sum, err
+	}
+	w.codec = fs.e.codec // its level
+	defer w.Close()
 	var done int64
 	for i, it := range files {
 		progress(i, len(files), done, totalBytes, it.path)
-		rep := fs.convertFile(ctx, it.path, toPlain, func(n int64) {
+		rep := fs.convertFile(ctx, w, it.path, toPlain, func(n int64) {
 			progress(i, len(files), done+n, totalBytes, it.path)
 		})
 		done += it.size
@@ -118,7 +127,7 @@ func (fs *FS) Convert(ctx context.Context, toPlain bool, progress func(files, to
 }
 
 // convertFile converts the file at p; n is told the bytes copied.
-func (fs *FS) convertFile(ctx context.Context, p string, toPlain bool, n func(int64)) ConvertReport {
+func (fs *FS) convertFile(ctx context.Context, w *Engine, p string, toPlain bool, n func(int64)) ConvertReport {
 	rep := ConvertReport{Path: p}
 	fail := func(err error) ConvertReport {
 		rep.Err = err
@@ -170,7 +179,7 @@ func (fs *FS) convertFile(ctx context.Context, p string, toPlain bool, n func(in
 	dir, _ := layer.Split(p)
 	tmp := layer.Join(dir, fmt.Sprintf("%s%d", ConvertPrefix, a.Ino))
 	fs.Lower.Unlink(ctx, tmp)
-	if err := fs.writeConverted(ctx, src, tmp, size, toPlain, n); err != nil {
+	if err := fs.writeConverted(ctx, w, src, tmp, size, toPlain, n); err != nil {
 		fs.Lower.Unlink(ctx, tmp)
 		return fail(err)
 	}
@@ -193,19 +202,19 @@ func (fs *FS) convertFile(ctx context.Context, p string, toPlain bool, n func(in
 	if err != nil {
 		return fail(err)
 	}
-	rep.Converted, rep.Before, rep.After = true, int64(a.Blocks)*512, int64(b.Blocks)*512
+	rep.Converted, rep.Before, rep.After = true, held(&a), held(&b)
 	return rep
 }
 
 // writeConverted writes size bytes of src into the new file tmp: through
 // the engine, or plain. Blocks of zeros stay holes.
-func (fs *FS) writeConverted(ctx context.Context, src layer.File, tmp string, size int64, toPlain bool, n func(int64)) error {
+func (fs *FS) writeConverted(ctx context.Context, w *Engine, src layer.File, tmp string, size int64, toPlain bool, n func(int64)) error {
 	var dst layer.File
 	var err error
 	if toPlain {
 		dst, _, err = fs.Lower.Create(ctx, tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, 0o600)
 	} else {
-		dst, _, err = fs.e.Create(ctx, tmp, tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, 0o600)
+		dst, _, err = w.Create(ctx, tmp, tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, 0o600)
 	}
 	if err != nil {
 		return err
@@ -245,8 +254,21 @@ func (fs *FS) writeConverted(ctx context.Context, src layer.File, tmp string, si
 		dst.Release(ctx)
 		return err
 	}
-	return dst.Release(ctx)
+	if err := dst.Release(ctx); err != nil {
+		return err
+	}
+	if !toPlain {
+		// Let go of the new file: the layer's engine serves it from now.
+		if a, err := w.Lower.Getattr(ctx, tmp); err == nil {
+			w.Forget(ctx, a.ID())
+		}
+	}
+	return nil
 }
+
+// held is what a file holds: its size, or the space its blocks take if
+// that is less (a sparse file).
+func held(a *layer.Attr) int64 { return min(int64(a.Size), int64(a.Blocks)*512) }
 
 func allZero(b []byte) bool {
 	for _, c := range b {
