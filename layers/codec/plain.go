@@ -189,8 +189,20 @@ func (fs *Engine) toCodec(ctx context.Context, lf layer.File, path string, id la
 	for f := range fs.plains[id].files {
 		files = append(files, f)
 	}
+	// From here an open finds the file neither plain nor the engine's,
+	// and a conversion under way: it waits for it (plainOf).
+	delete(fs.plains, id)
 	fs.convSeq++
 	fs.mu.Unlock()
+	replain := func() {
+		fs.mu.Lock()
+		ps := &plainSet{n: len(files) + 1, files: map[*plainFile]bool{}} // the caller's count too
+		for _, f := range files {
+			ps.files[f] = true
+		}
+		fs.plains[id] = ps
+		fs.mu.Unlock()
+	}
 	defer func() {
 		fs.mu.Lock()
 		fs.convSeq++
@@ -202,11 +214,9 @@ func (fs *Engine) toCodec(ctx context.Context, lf layer.File, path string, id la
 		defer f.rw.Unlock()
 	}
 	if _, err := lf.Setattr(ctx, &layer.SetAttr{Valid: layer.SetSize, Size: 0}); err != nil {
+		replain()
 		return false, err
 	}
-	fs.mu.Lock()
-	delete(fs.plains, id)
-	fs.mu.Unlock()
 	if len(files) == 0 {
 		lf.Release(ctx) // empty: the engine's from the next open
 		return true, nil
@@ -215,13 +225,7 @@ func (fs *Engine) toCodec(ctx context.Context, lf layer.File, path string, id la
 	if err != nil {
 		// The file is empty, its handles plain: what they write makes
 		// it a plain file again, which is sound.
-		fs.mu.Lock()
-		ps := &plainSet{n: len(files) + 1, files: map[*plainFile]bool{}} // the caller's count too
-		for _, f := range files {
-			ps.files[f] = true
-		}
-		fs.plains[id] = ps
-		fs.mu.Unlock()
+		replain()
 		fs.log().Warn("codec: cannot make a rewritten plain file the layer's: it stays plain", "path", path, "err", err)
 		return false, nil
 	}
