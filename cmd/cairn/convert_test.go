@@ -332,3 +332,96 @@ func randomBytes(r *rand.Rand, n int) []byte {
 	}
 	return b
 }
+
+// TestInitExisting: cairn init over a directory that holds files encrypts
+// them into a new volume in its place (names, bytes, owners, modes, times,
+// xattrs, hard links, symlinks, fifos), keeps the plain files beside it,
+// removes what an interrupted run left, refuses a leftover that is not
+// one, and refuses a directory that holds a volume already.
+func TestInitExisting(t *testing.T) {
+	mounttest.Need(t)
+	r := rand.New(rand.NewPCG(7, 8))
+	base := t.TempDir()
+	dir, mnt := filepath.Join(base, "data"), t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "sub/deep"), 0o750)
+	os.WriteFile(filepath.Join(dir, "text"), textBytes(r, 300<<10), 0o640)
+	os.WriteFile(filepath.Join(dir, "sub/deep/random"), randomBytes(r, 70<<10), 0o600)
+	os.WriteFile(filepath.Join(dir, "empty"), nil, 0o644)
+	os.Link(filepath.Join(dir, "text"), filepath.Join(dir, "sub/hard"))
+	os.Symlink("../text", filepath.Join(dir, "sub/sym"))
+	unix.Mkfifo(filepath.Join(dir, "fifo"), 0o620)
+	os.Chmod(filepath.Join(dir, "fifo"), 0o620)
+	unix.Setxattr(filepath.Join(dir, "text"), "user.note", []byte("kept"), 0)
+	os.Chown(filepath.Join(dir, "sub/deep/random"), 1234, 4321)
+	old := time.Date(2021, 5, 6, 7, 8, 9, 10, time.UTC)
+	os.Chtimes(filepath.Join(dir, "sub/deep/random"), old, old)
+	os.Chtimes(filepath.Join(dir, "sub/deep"), old, old)
+	want := treeSums(t, dir)
+	pf := filepath.Join(base, "pass")
+	os.WriteFile(pf, []byte("a passphrase\n"), 0o600)
+	spec := "crypt:" + dir
+	kdf := []string{"--argon2-memory", "19MiB", "--argon2-time", "2", "--argon2-threads", "1", "--passfile", pf}
+
+	// A leftover that is not an interrupted encryption: refused.
+	os.Mkdir(dir+".cairn-init", 0o700)
+	os.WriteFile(dir+".cairn-init/mine", []byte("x"), 0o600)
+	if out, code := cairn(t, append(append([]string{"init"}, kdf...), spec)...); code != exitFailed || !strings.Contains(out, "is not an encryption that stopped") {
+		t.Fatalf("init with a foreign leftover: exit %d: %s", code, out)
+	}
+	// One that is: removed.
+	os.Remove(dir + ".cairn-init/mine")
+	os.WriteFile(dir+".cairn-init/.cairn-crypt.conf", []byte("{}"), 0o600)
+	out, code := cairn(t, append(append([]string{"init"}, kdf...), spec)...)
+	if code != 0 || !strings.Contains(out, "removing "+dir+".cairn-init, left by an encryption that stopped") ||
+		!strings.Contains(out, "the plain files are kept in "+dir+".plain-") {
+		t.Fatalf("init of a directory with files: exit %d: %s", code, out)
+	}
+	// The lower holds no plain name or byte now; the plain files are kept.
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if e.Name() == "text" || e.Name() == "sub" {
+			t.Errorf("a plain name in the encrypted lower: %s", e.Name())
+		}
+	}
+	kept, _ := filepath.Glob(dir + ".plain-*")
+	if len(kept) != 1 {
+		t.Fatalf("plain files kept in %v", kept)
+	}
+	sameTree(t, "the plain files kept", treeSums(t, kept[0]), want)
+	if _, err := os.Stat(dir + ".cairn-init"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the work directory is still there: %v", err)
+	}
+	if out, code := cairn(t, append(append([]string{"init"}, kdf...), spec)...); code != exitFailed || !strings.Contains(out, "holds a volume already") {
+		t.Errorf("init of a volume: exit %d: %s", code, out)
+	}
+
+	if out, code := cairn(t, "mount", "--passfile", pf, spec, mnt); code != 0 {
+		t.Fatalf("mount: exit %d: %s", code, out)
+	}
+	defer cairn(t, "umount", mnt)
+	sameTree(t, "through the mount", treeSums(t, mnt), want)
+	var st unix.Stat_t
+	unix.Stat(filepath.Join(mnt, "sub/deep/random"), &st)
+	if st.Uid != 1234 || st.Gid != 4321 || st.Mode&0o7777 != 0o600 || st.Mtim.Sec != old.Unix() || st.Mtim.Nsec != 10 {
+		t.Errorf("sub/deep/random: uid %d gid %d mode %o mtime %d.%d", st.Uid, st.Gid, st.Mode&0o7777, st.Mtim.Sec, st.Mtim.Nsec)
+	}
+	unix.Stat(filepath.Join(mnt, "sub/deep"), &st)
+	if st.Mode&0o7777 != 0o750 || st.Mtim.Sec != old.Unix() {
+		t.Errorf("sub/deep: mode %o mtime %d", st.Mode&0o7777, st.Mtim.Sec)
+	}
+	unix.Stat(filepath.Join(mnt, "text"), &st)
+	if st.Nlink != 2 || st.Mode&0o7777 != 0o640 {
+		t.Errorf("text: %d links, mode %o", st.Nlink, st.Mode&0o7777)
+	}
+	if target, err := os.Readlink(filepath.Join(mnt, "sub/sym")); err != nil || target != "../text" {
+		t.Errorf("sub/sym: %q %v", target, err)
+	}
+	unix.Lstat(filepath.Join(mnt, "fifo"), &st)
+	if st.Mode&unix.S_IFMT != unix.S_IFIFO || st.Mode&0o7777 != 0o620 {
+		t.Errorf("fifo: mode %o", st.Mode)
+	}
+	v := make([]byte, 10)
+	if n, err := unix.Getxattr(filepath.Join(mnt, "text"), "user.note", v); err != nil || string(v[:n]) != "kept" {
+		t.Errorf("text's xattr: %q %v", v[:max(n, 0)], err)
+	}
+}
