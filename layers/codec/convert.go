@@ -64,7 +64,7 @@ func (fs *FS) Convert(ctx context.Context, toPlain bool, progress func(files, to
 		for _, e := range ents {
 			p := layer.Join(dir, e.Name)
 			switch {
-			case strings.HasPrefix(e.Name, ConvertPrefix):
+			case strings.HasPrefix(e.Name, ConvertPrefix) && e.Mode&unix.S_IFMT == unix.S_IFREG:
 				if err := fs.Lower.Unlink(ctx, p); err != nil {
 					return fmt.Errorf("removing %s, left by an interrupted conversion: %w", p, err)
 				}

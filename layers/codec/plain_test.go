@@ -255,3 +255,118 @@ func TestPlainConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainModel runs random operations on files that start plain, through
+// descriptors opened read-only, read-write and for appending, kept open
+// across operations: writes in place, appends, reads, truncations to any
+// size (to 0 the file becomes the layer's if no read-only descriptor has
+// it open, and the read-write ones change over with it), checking every
+// read against a model, then the lower with a fresh stack and fsck.
+func TestPlainModel(t *testing.T) {
+	for _, name := range codecNames {
+		t.Run(name, func(t *testing.T) {
+			seed := uint64(time.Now().UnixNano())
+			t.Logf("seed %d", seed)
+			r := rand.New(rand.NewPCG(seed, 1))
+			lower := t.TempDir()
+			const nfiles = 3
+			model := make([][]byte, nfiles)
+			for i := range model {
+				model[i] = randBytes(r, r.IntN(200<<10)+1)
+				os.WriteFile(filepath.Join(lower, fmt.Sprint(i)), model[i], 0o644)
+			}
+			m := mounttest.Mount(t, newStackAt(t, lower, name, Options{ChunkSize: 16 << 10, FastTails: true}))
+			type handle struct {
+				f    *os.File
+				mode int
+			}
+			open := make([][]handle, nfiles)
+			defer func() {
+				for _, hs := range open {
+					for _, h := range hs {
+						h.f.Close()
+					}
+				}
+			}()
+			for op := 0; op < 1500; op++ {
+				i := r.IntN(nfiles)
+				p := filepath.Join(m.Dir, fmt.Sprint(i))
+				if len(open[i]) == 0 || r.IntN(8) == 0 {
+					if len(open[i]) >= 2 {
+						open[i][0].f.Close()
+						open[i] = open[i][1:]
+						continue
+					}
+					mode := []int{os.O_RDONLY, os.O_RDWR, os.O_RDWR | os.O_APPEND}[r.IntN(3)]
+					f, err := os.OpenFile(p, mode, 0)
+					if err != nil {
+						t.Fatalf("op %d: open %d: %v", op, i, err)
+					}
+					open[i] = append(open[i], handle{f, mode})
+					continue
+				}
+				h := open[i][r.IntN(len(open[i]))]
+				switch k := r.IntN(10); {
+				case k < 4 && h.mode != os.O_RDONLY:
+					b := randBytes(r, r.IntN(20<<10)+1)
+					off := int64(r.IntN(len(model[i]) + 4096))
+					if h.mode&os.O_APPEND != 0 {
+						if _, err := h.f.Write(b); err != nil {
+							t.Fatalf("op %d: append %d: %v", op, i, err)
+						}
+						off = int64(len(model[i]))
+					} else if _, err := h.f.WriteAt(b, off); err != nil {
+						t.Fatalf("op %d: write %d: %v", op, i, err)
+					}
+					if end := off + int64(len(b)); end > int64(len(model[i])) {
+						model[i] = append(model[i], make([]byte, end-int64(len(model[i])))...)
+					}
+					copy(model[i][off:], b)
+				case k < 5 && h.mode != os.O_RDONLY:
+					n := 0
+					if r.IntN(2) == 0 {
+						n = r.IntN(len(model[i]) + 8192)
+					}
+					if err := h.f.Truncate(int64(n)); err != nil {
+						t.Fatalf("op %d: truncate %d to %d: %v", op, i, n, err)
+					}
+					if n <= len(model[i]) {
+						model[i] = model[i][:n]
+					} else {
+						model[i] = append(model[i], make([]byte, n-len(model[i]))...)
+					}
+				default:
+					got, err := os.ReadFile(p)
+					if err != nil || !bytes.Equal(got, model[i]) {
+						t.Fatalf("op %d: file %d: %v, %d bytes, want %d", op, i, err, len(got), len(model[i]))
+					}
+				}
+			}
+			for i := range open {
+				for _, h := range open[i] {
+					h.f.Close()
+				}
+				open[i] = nil
+				readBack(t, filepath.Join(m.Dir, fmt.Sprint(i)), model[i])
+			}
+			m.Unmount()
+			encodedFiles := 0
+			for i := range model {
+				if len(model[i]) > 0 && isCodecFile(t, filepath.Join(lower, fmt.Sprint(i))) {
+					encodedFiles++
+				}
+			}
+			t.Logf("%d of %d files in the format at the end", encodedFiles, nfiles)
+			fresh := newStackAt(t, lower, name, Options{})
+			for i := range model {
+				got, err := layer.ReadFile(context.Background(), fresh, fmt.Sprint(i))
+				if err != nil || !bytes.Equal(got, model[i]) {
+					t.Fatalf("a fresh stack reads file %d differently (%v)", i, err)
+				}
+				if rep, err := fresh.Check(context.Background(), fmt.Sprint(i), CheckOnly); err != nil || !rep.OK() {
+					t.Fatalf("fsck of file %d: %v %s", i, err, rep.String())
+				}
+			}
+		})
+	}
+}
