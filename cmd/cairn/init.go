@@ -182,7 +182,8 @@ into the new volume: init writes the volume in DIR.cairn-init beside it
 (names, contents, owners, modes, times, xattrs, hard links, symlinks, holes;
 with a progress bar), makes it durable, exchanges it with DIR in one rename,
 and keeps the plain files as DIR.plain-TIME for you to remove once the
-mount shows them. A run that stops before the exchange leaves DIR as it was
+mount shows them (it needs room for that second copy, on the same file
+system). A run that stops before the exchange leaves DIR as it was
 and DIR.cairn-init, which the next run removes. The old plain bytes stay on
 the disk until that copy is removed, and even then may remain in free
 blocks: encrypting a directory in place is no substitute for encrypting an
