@@ -1,4 +1,4 @@
-module cairn
+module cairnfs.dev/cairn
 
 go 1.26.0
 

@@ -13,11 +13,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/fusefs"
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layers/crypt"
-	"cairn/layers/null"
+	"cairnfs.dev/cairn/fusefs"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/crypt"
+	"cairnfs.dev/cairn/layers/null"
 )
 
 // atimeObj is one file or directory of TestAtimeOptions: what is done to it

@@ -4,12 +4,12 @@ import (
 	"os"
 	"testing"
 
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layers/acl"
-	"cairn/layers/local"
-	"cairn/layers/mux"
-	"cairn/layers/null"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/acl"
+	"cairnfs.dev/cairn/layers/local"
+	"cairnfs.dev/cairn/layers/mux"
+	"cairnfs.dev/cairn/layers/null"
 )
 
 // capStack builds a stack over a local directory and says what its files

@@ -10,9 +10,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/mounttest"
-	"cairn/layers/local"
-	"cairn/layers/null"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layers/local"
+	"cairnfs.dev/cairn/layers/null"
 )
 
 // An open(O_CREAT) that reaches the daemon as a CREATE although its name is

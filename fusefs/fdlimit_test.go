@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"cairn/internal/fsx"
-	"cairn/internal/mounttest"
+	"cairnfs.dev/cairn/internal/fsx"
+	"cairnfs.dev/cairn/internal/mounttest"
 )
 
 // One process holding more files open through the mount than the daemon

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/mounttest"
+	"cairnfs.dev/cairn/internal/mounttest"
 )
 
 // tmpfileScript makes an O_TMPFILE file in argv[1], writes, reads and

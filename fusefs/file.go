@@ -9,7 +9,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // file is an open file of the mount.

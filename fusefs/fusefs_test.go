@@ -16,12 +16,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/fusefs"
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layers/local"
-	"cairn/layers/mux"
-	"cairn/layers/null"
+	"cairnfs.dev/cairn/fusefs"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/local"
+	"cairnfs.dev/cairn/layers/mux"
+	"cairnfs.dev/cairn/layers/null"
 )
 
 // nullStack mounts null over local and returns the mount and the lower dir.

@@ -10,7 +10,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // File handles (name_to_handle_at, open_by_handle_at, NFS exports).

@@ -11,13 +11,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/fusefs"
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layer/fanout"
-	"cairn/layers/crypt"
-	"cairn/layers/null"
-	"cairn/layers/union"
+	"cairnfs.dev/cairn/fusefs"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layer/fanout"
+	"cairnfs.dev/cairn/layers/crypt"
+	"cairnfs.dev/cairn/layers/null"
+	"cairnfs.dev/cairn/layers/union"
 )
 
 // dropCaches makes the kernel forget the dentries and inodes it does not

@@ -10,12 +10,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layers/codec"
-	"cairn/layers/local"
-	"cairn/layers/mux"
-	"cairn/layers/null"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/codec"
+	"cairnfs.dev/cairn/layers/local"
+	"cairnfs.dev/cairn/layers/mux"
+	"cairnfs.dev/cairn/layers/null"
 )
 
 func lstat(t *testing.T, p string) *syscall.Stat_t {

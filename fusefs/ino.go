@@ -5,7 +5,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // inoMap gives every object the stack serves its inode number, which is

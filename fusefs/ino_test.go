@@ -3,7 +3,7 @@ package fusefs
 import (
 	"testing"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 func TestInoMap(t *testing.T) {

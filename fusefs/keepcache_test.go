@@ -6,9 +6,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layers/local"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/local"
 )
 
 // keepLayer changes data (no passthrough) and counts the reads that reach

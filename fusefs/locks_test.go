@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layers/codec"
-	"cairn/layers/local"
-	"cairn/layers/null"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/codec"
+	"cairnfs.dev/cairn/layers/local"
+	"cairnfs.dev/cairn/layers/null"
 )
 
 // The lock tests run testdata/lockhelper.c as separate processes: the same

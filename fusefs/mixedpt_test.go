@@ -9,9 +9,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layers/local"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/local"
 )
 
 // mixedLayer passes through files opened read-only and serves the others

@@ -17,7 +17,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // state is shared by all nodes of one mount.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // Open files by node. The layer API opens objects by path, and a node

@@ -17,17 +17,17 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/fusefs"
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layer/fanout"
-	"cairn/layers/acl"
-	"cairn/layers/codec"
-	"cairn/layers/crypt"
-	"cairn/layers/local"
-	"cairn/layers/null"
-	"cairn/layers/snoop"
-	"cairn/layers/union"
+	"cairnfs.dev/cairn/fusefs"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layer/fanout"
+	"cairnfs.dev/cairn/layers/acl"
+	"cairnfs.dev/cairn/layers/codec"
+	"cairnfs.dev/cairn/layers/crypt"
+	"cairnfs.dev/cairn/layers/local"
+	"cairnfs.dev/cairn/layers/null"
+	"cairnfs.dev/cairn/layers/snoop"
+	"cairnfs.dev/cairn/layers/union"
 )
 
 var nobody = mounttest.User{Uid: 65534, Gid: 65534}

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/mounttest"
+	"cairnfs.dev/cairn/internal/mounttest"
 )
 
 // statxAttrs are the file attributes chattr sets (stx_attributes bits equal

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"os"
 
-	"cairn/layer"
-	"cairn/layers/local"
-	"cairn/layers/null"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/local"
+	"cairnfs.dev/cairn/layers/null"
 )
 
 // A stack used in-process, with no FUSE mount: a null layer over a

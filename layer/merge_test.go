@@ -7,7 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // sliceDir streams names with cookies 10, 20, 30, ... (not positions).

@@ -10,9 +10,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layers/local"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/local"
 )
 
 // tagger records, as side data of each new file, the path it was

@@ -7,10 +7,10 @@ import (
 	"syscall"
 	"testing"
 
-	"cairn/layer"
-	"cairn/layers/acl"
-	"cairn/layers/local"
-	"cairn/layers/snoop"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/acl"
+	"cairnfs.dev/cairn/layers/local"
+	"cairnfs.dev/cairn/layers/snoop"
 )
 
 // The stack's own operations (layer.AsSelf) pass an acl that refuses

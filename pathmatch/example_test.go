@@ -3,7 +3,7 @@ package pathmatch_test
 import (
 	"fmt"
 
-	"cairn/pathmatch"
+	"cairnfs.dev/cairn/pathmatch"
 )
 
 func Example() {

@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
-	"cairn/layer"
-	"cairn/pathmatch"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/pathmatch"
 )
 
 // Kind is an option's type.

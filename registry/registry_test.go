@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/pathmatch"
+	"cairnfs.dev/cairn/pathmatch"
 )
 
 func TestDefaultValue(t *testing.T) {

@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"cairn/layer"
-	"cairn/registry"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/registry"
 )
 
 // Stack is a built stack.

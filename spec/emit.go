@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"cairn/registry"
+	"cairnfs.dev/cairn/registry"
 )
 
 // Masked stands for a secret option's value in explain and --toml output.

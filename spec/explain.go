@@ -5,8 +5,8 @@ import (
 	"io"
 	"strings"
 
-	"cairn/layer"
-	"cairn/registry"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/registry"
 )
 
 // Default kernel cache times, as the FUSE frontend applies them when the spec

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	_ "cairn/layers/all"
-	"cairn/spec"
+	_ "cairnfs.dev/cairn/layers/all"
+	"cairnfs.dev/cairn/spec"
 )
 
 // checkErr checks that a rejection is a list of clear, positioned errors,

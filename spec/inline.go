@@ -7,7 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"cairn/registry"
+	"cairnfs.dev/cairn/registry"
 )
 
 // InlineFile is the file name positions of the inline form carry.

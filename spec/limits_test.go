@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"cairn/spec"
+	"cairnfs.dev/cairn/spec"
 )
 
 // chain is an inline spec of n null layers over /tmp (n+1 layers deep).

@@ -32,8 +32,8 @@ import (
 	"syscall"
 	"time"
 
-	"cairn/pathmatch"
-	"cairn/registry"
+	"cairnfs.dev/cairn/pathmatch"
+	"cairnfs.dev/cairn/registry"
 )
 
 // Spec is a parsed and checked stack description.

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"cairn/layer"
-	"cairn/layers/null"
-	"cairn/registry"
-	"cairn/spec"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/null"
+	"cairnfs.dev/cairn/registry"
+	"cairnfs.dev/cairn/spec"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")

@@ -13,7 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"cairn/bench/opencost"
+	"cairnfs.dev/cairn/bench/opencost"
 )
 
 func main() {

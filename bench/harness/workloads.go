@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"cairn/bench/opencost"
+	"cairnfs.dev/cairn/bench/opencost"
 )
 
 // Workload is one experiment.

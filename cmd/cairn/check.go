@@ -7,8 +7,8 @@ import (
 	"io"
 	"os"
 
-	"cairn/layer"
-	"cairn/spec"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/spec"
 )
 
 func init() {

@@ -9,9 +9,9 @@ import (
 	"os"
 	"slices"
 
-	"cairn/layer"
-	"cairn/layers/codec"
-	"cairn/registry"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/codec"
+	"cairnfs.dev/cairn/registry"
 )
 
 func init() {

@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/mounttest"
+	"cairnfs.dev/cairn/internal/mounttest"
 )
 
 // treeSums returns the sha256 of every regular file under dir, by

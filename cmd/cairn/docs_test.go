@@ -11,9 +11,9 @@ import (
 	"syscall"
 	"testing"
 
-	"cairn/internal/mounttest"
-	"cairn/registry"
-	"cairn/spec"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/registry"
+	"cairnfs.dev/cairn/spec"
 )
 
 var updateDocs = flag.Bool("update-docs", false, "rewrite the outputs shown in docs/tutorial.md")

@@ -10,8 +10,8 @@ import (
 	"slices"
 	"strings"
 
-	"cairn/layer"
-	"cairn/registry"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/registry"
 )
 
 // exitDropped: fsck --repair --force dropped data (kept in lost+found).

@@ -8,11 +8,11 @@ import (
 	"os"
 	"strings"
 
-	"cairn/layer"
-	"cairn/layers/crypt"
-	"cairn/layers/local"
-	"cairn/registry"
-	"cairn/spec"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/crypt"
+	"cairnfs.dev/cairn/layers/local"
+	"cairnfs.dev/cairn/registry"
+	"cairnfs.dev/cairn/spec"
 )
 
 func init() {

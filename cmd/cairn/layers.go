@@ -8,9 +8,9 @@ import (
 	"os"
 	"strings"
 
-	"cairn/layer"
-	"cairn/registry"
-	"cairn/spec"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/registry"
+	"cairnfs.dev/cairn/spec"
 )
 
 //go:generate sh -c "go run . layers --markdown > ../../docs/spec.md"

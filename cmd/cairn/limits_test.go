@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"cairn/spec"
+	"cairnfs.dev/cairn/spec"
 )
 
 // TestSpecLimits: check and mount refuse, with the same message and exit

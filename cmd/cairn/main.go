@@ -9,7 +9,7 @@ import (
 	"sort"
 	"strings"
 
-	"cairn/spec"
+	"cairnfs.dev/cairn/spec"
 )
 
 // Exit codes, documented in `cairn help`.

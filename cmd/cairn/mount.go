@@ -24,11 +24,11 @@ import (
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
-	"cairn/fusefs"
-	"cairn/layer"
-	_ "cairn/layers/all"
-	"cairn/registry"
-	"cairn/spec"
+	"cairnfs.dev/cairn/fusefs"
+	"cairnfs.dev/cairn/layer"
+	_ "cairnfs.dev/cairn/layers/all"
+	"cairnfs.dev/cairn/registry"
+	"cairnfs.dev/cairn/spec"
 )
 
 func init() {

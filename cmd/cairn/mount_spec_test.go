@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"cairn/internal/mounttest"
+	"cairnfs.dev/cairn/internal/mounttest"
 )
 
 // runCairn runs the cairn binary and returns its exit code and output.

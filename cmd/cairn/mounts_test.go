@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/mounttest"
+	"cairnfs.dev/cairn/internal/mounttest"
 )
 
 // TestMountpointRefusals: cairn mount refuses a mountpoint where a mount

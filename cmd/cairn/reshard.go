@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
-	"cairn/layers/shard"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/shard"
 )
 
 func init() {

@@ -8,7 +8,7 @@ import (
 	"io"
 	"os"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 func init() {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/mounttest"
+	"cairnfs.dev/cairn/internal/mounttest"
 )
 
 // TestUmountWaitsForTheDaemon: 'cairn umount' returns only once the

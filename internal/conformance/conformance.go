@@ -20,9 +20,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/fsx"
-	"cairn/internal/mounttest"
-	"cairn/layer"
+	"cairnfs.dev/cairn/internal/fsx"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
 )
 
 // Stack is one entry of the table: how to build a stack and what it

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layers/codec"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/codec"
 )
 
 // TestTransformChain: a file written through the kernel into a chain of

@@ -26,7 +26,7 @@ import (
 	"syscall"
 	"time"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // Faults says what to inject. The zero value injects nothing.

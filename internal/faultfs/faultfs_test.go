@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
-	"cairn/layers/local"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/local"
 )
 
 func newFS(t *testing.T) (string, *FS, layer.File) {

@@ -11,12 +11,12 @@ import (
 	"syscall"
 	"testing"
 
-	"cairn/fusefs"
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layers/codec"
-	"cairn/layers/local"
-	"cairn/layers/null"
+	"cairnfs.dev/cairn/fusefs"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/codec"
+	"cairnfs.dev/cairn/layers/local"
+	"cairnfs.dev/cairn/layers/null"
 )
 
 // catcher stands for the test in a model run that must fail: it records

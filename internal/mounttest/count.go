@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // IOCounter is a layer that changes nothing and counts the reads and writes

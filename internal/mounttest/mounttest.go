@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"cairn/fusefs"
-	"cairn/layer"
+	"cairnfs.dev/cairn/fusefs"
+	"cairnfs.dev/cairn/layer"
 )
 
 // Mounted is a mounted stack.

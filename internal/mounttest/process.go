@@ -37,7 +37,7 @@ func Binary(t testing.TB) string {
 		if os.Getenv("CAIRN_LOG_DIR") == "" {
 			os.Setenv("CAIRN_LOG_DIR", filepath.Join(dir, "log"))
 		}
-		cmd := exec.Command("go", "build", "-o", build.bin, "cairn/cmd/cairn")
+		cmd := exec.Command("go", "build", "-o", build.bin, "cairnfs.dev/cairn/cmd/cairn")
 		build.out, build.err = cmd.CombinedOutput()
 	})
 	if build.err != nil {

@@ -17,7 +17,7 @@ import (
 	"sync"
 	"syscall"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // Mode is what a branch may be used for (mergerfs's RW, RO, NC).

@@ -6,7 +6,7 @@ import (
 	"syscall"
 	"testing"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // fake is a branch with some directories and some free space.

@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/fsx"
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layers/acl"
-	"cairn/layers/local"
-	"cairn/pathmatch"
+	"cairnfs.dev/cairn/internal/fsx"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/acl"
+	"cairnfs.dev/cairn/layers/local"
+	"cairnfs.dev/cairn/pathmatch"
 )
 
 var (

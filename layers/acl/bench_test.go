@@ -8,12 +8,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
-	"cairn/layers/acl"
-	"cairn/layers/local"
-	"cairn/layers/null"
-	"cairn/layers/snoop"
-	"cairn/pathmatch"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/acl"
+	"cairnfs.dev/cairn/layers/local"
+	"cairnfs.dev/cairn/layers/null"
+	"cairnfs.dev/cairn/layers/snoop"
+	"cairnfs.dev/cairn/pathmatch"
 )
 
 // BenchmarkLayers is the in-process cost of one operation through null,

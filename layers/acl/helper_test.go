@@ -18,7 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/mounttest"
+	"cairnfs.dev/cairn/internal/mounttest"
 )
 
 // The test binary doubles as a helper process that runs as another user and

@@ -1,8 +1,8 @@
 package acl
 
 import (
-	"cairn/layer"
-	"cairn/registry"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/registry"
 )
 
 func init() {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"cairn/spec"
+	"cairnfs.dev/cairn/spec"
 )
 
 // TestCheckRefusesWhatMountWould: a rule naming a program, a user or a

@@ -10,10 +10,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layers/acl"
-	"cairn/layers/local"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/acl"
+	"cairnfs.dev/cairn/layers/local"
 )
 
 // nobody is the second user of these tests: uid 65534 through a mount with

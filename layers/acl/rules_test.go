@@ -1,16 +1,16 @@
 package acl
 
 import (
-	"cairn/internal/mounttest"
+	"cairnfs.dev/cairn/internal/mounttest"
 	"os"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 
-	"cairn/layer"
-	"cairn/pathmatch"
-	"cairn/registry"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/pathmatch"
+	"cairnfs.dev/cairn/registry"
 )
 
 func set(t testing.TB, pats ...string) *pathmatch.Set {

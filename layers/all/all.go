@@ -3,16 +3,16 @@
 package all
 
 import (
-	_ "cairn/layers/acl"
-	_ "cairn/layers/chains"
-	_ "cairn/layers/codec"
-	_ "cairn/layers/crypt"
-	_ "cairn/layers/fault"
-	_ "cairn/layers/local"
-	_ "cairn/layers/mux"
-	_ "cairn/layers/null"
-	_ "cairn/layers/replica"
-	_ "cairn/layers/shard"
-	_ "cairn/layers/snoop"
-	_ "cairn/layers/union"
+	_ "cairnfs.dev/cairn/layers/acl"
+	_ "cairnfs.dev/cairn/layers/chains"
+	_ "cairnfs.dev/cairn/layers/codec"
+	_ "cairnfs.dev/cairn/layers/crypt"
+	_ "cairnfs.dev/cairn/layers/fault"
+	_ "cairnfs.dev/cairn/layers/local"
+	_ "cairnfs.dev/cairn/layers/mux"
+	_ "cairnfs.dev/cairn/layers/null"
+	_ "cairnfs.dev/cairn/layers/replica"
+	_ "cairnfs.dev/cairn/layers/shard"
+	_ "cairnfs.dev/cairn/layers/snoop"
+	_ "cairnfs.dev/cairn/layers/union"
 )

@@ -20,10 +20,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
-	"cairn/layers/codec"
-	"cairn/layers/crypt"
-	"cairn/pathmatch"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/codec"
+	"cairnfs.dev/cairn/layers/crypt"
+	"cairnfs.dev/cairn/pathmatch"
 )
 
 // XattrName is the attribute that shows and changes a file's chain.

@@ -20,15 +20,15 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/fusefs"
-	"cairn/internal/fsx"
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layers/chains"
-	"cairn/layers/crypt"
-	"cairn/layers/fault"
-	"cairn/layers/local"
-	"cairn/pathmatch"
+	"cairnfs.dev/cairn/fusefs"
+	"cairnfs.dev/cairn/internal/fsx"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/chains"
+	"cairnfs.dev/cairn/layers/crypt"
+	"cairnfs.dev/cairn/layers/fault"
+	"cairnfs.dev/cairn/layers/local"
+	"cairnfs.dev/cairn/pathmatch"
 )
 
 const pass = "chains test"

@@ -12,8 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/mounttest"
-	"cairn/layers/chains"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layers/chains"
 )
 
 // TestCrashDuringConversion kills the daemon (SIGKILL) while it converts a

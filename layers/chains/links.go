@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // Transformation links (MonA's way to open a file through a network of

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 
-	"cairn/layer"
-	"cairn/layers/crypt"
-	"cairn/layers/local"
-	"cairn/registry"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/crypt"
+	"cairnfs.dev/cairn/layers/local"
+	"cairnfs.dev/cairn/registry"
 )
 
 func init() {

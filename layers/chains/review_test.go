@@ -17,10 +17,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layers/chains"
-	"cairn/layers/local"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/chains"
+	"cairnfs.dev/cairn/layers/local"
 )
 
 // smallTmpfs mounts a tmpfs of size bytes on a new directory, for a lower

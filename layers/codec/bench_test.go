@@ -2,7 +2,7 @@ package codec
 
 import (
 	"bytes"
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 	"context"
 	"fmt"
 	"golang.org/x/sys/unix"
@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"cairn/internal/mounttest"
+	"cairnfs.dev/cairn/internal/mounttest"
 )
 
 // Benchmarks through an in-process FUSE mount (the figures of the closing

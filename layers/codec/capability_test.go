@@ -6,7 +6,7 @@ import (
 	"syscall"
 	"testing"
 
-	"cairn/internal/mounttest"
+	"cairnfs.dev/cairn/internal/mounttest"
 )
 
 // TestCapabilitySurvivesLastClose: setcap(8) on a file that is still open

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // Mode says what Check may change (layer.CheckMode).

@@ -3,7 +3,7 @@ package codec
 import (
 	"context"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // InUseError says that a codec layer's lower files are already served or

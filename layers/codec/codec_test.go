@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
-	"cairn/layers/local"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/local"
 )
 
 var codecNames = []string{"copy", "uuencode", "gzip", "zstd", "lz4"}

@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // smallSample writes a small file with every kind of record: chunk records

@@ -13,10 +13,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/faultfs"
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layers/local"
+	"cairnfs.dev/cairn/internal/faultfs"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/local"
 )
 
 // faultStack builds name over a fault layer over a local directory; the

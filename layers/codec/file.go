@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // File is an open file of a codec layer: a handle on the file's shared

@@ -13,10 +13,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/fusefs"
-	"cairn/internal/fsx"
-	"cairn/internal/mounttest"
-	"cairn/layer"
+	"cairnfs.dev/cairn/fusefs"
+	"cairnfs.dev/cairn/internal/fsx"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
 )
 
 // fsxOps is the number of model operations per codec through an in-process

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // Plain files: a codec layer stacked over a directory that already holds

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/mounttest"
-	"cairn/layer"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
 )
 
 // isCodecFile reports whether the lower file at p starts with the header

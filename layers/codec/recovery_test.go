@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // writeSample writes a file of several chunks with some history (a write in

@@ -13,7 +13,7 @@ import (
 	"sort"
 	"sync"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // state is the shared state of one file (one lower inode), used by all its

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/mounttest"
+	"cairnfs.dev/cairn/internal/mounttest"
 )
 
 // The cairn command: init, mount (in the foreground and as a daemon, which

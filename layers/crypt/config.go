@@ -19,8 +19,8 @@ import (
 	"golang.org/x/crypto/scrypt"
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
-	"cairn/layers/local"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/local"
 )
 
 // ConfigName is the configuration file at the root of the lower layer. It

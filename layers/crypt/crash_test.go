@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/mounttest"
+	"cairnfs.dev/cairn/internal/mounttest"
 )
 
 // crashFile is one file of the crash test: its content as last fsync'ed,

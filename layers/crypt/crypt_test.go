@@ -14,9 +14,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
-	"cairn/layers/local"
-	"cairn/registry"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/local"
+	"cairnfs.dev/cairn/registry"
 )
 
 // fastKDF keeps tests quick; real volumes use DefaultKDF.

@@ -18,9 +18,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/fusefs"
-	"cairn/internal/mounttest"
-	"cairn/layer"
+	"cairnfs.dev/cairn/fusefs"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
 )
 
 // smallCache stacks a crypt layer over dir with a tiny name cache.

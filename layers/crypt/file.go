@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // fileState is shared by all open files of one lower inode (hard links and

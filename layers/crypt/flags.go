@@ -4,7 +4,7 @@ import (
 	"context"
 	"syscall"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // FSCaps: no O_TMPFILE (EOPNOTSUPP, as on many file systems): an encrypted

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // Fuzz tests of the decoders: whatever the lower holds, they return an

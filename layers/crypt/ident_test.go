@@ -9,9 +9,9 @@ import (
 	"syscall"
 	"testing"
 
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layers/local"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/local"
 )
 
 // Two files with the same inode number on two file systems (a tmpfs mounted

@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"syscall"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // The journal of in-place rewrites. A block of the lower file that is

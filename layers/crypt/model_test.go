@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // TestModelInProcess drives the layer's files directly (no FUSE): random

@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"testing"
 
-	"cairn/internal/fsx"
-	"cairn/internal/mounttest"
+	"cairnfs.dev/cairn/internal/fsx"
+	"cairnfs.dev/cairn/internal/mounttest"
 )
 
 // fsxOps is the length of the model test through a mount (CAIRN_LONG=1:

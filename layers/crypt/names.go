@@ -11,7 +11,7 @@ import (
 
 	"github.com/tink-crypto/tink-go/v2/daead/subtle"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // Names are encrypted with AES-SIV (RFC 5297, deterministic authenticated

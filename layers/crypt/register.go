@@ -3,8 +3,8 @@ package crypt
 import (
 	"context"
 
-	"cairn/layer"
-	"cairn/registry"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/registry"
 )
 
 func init() {

@@ -16,9 +16,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/fusefs"
-	"cairn/internal/mounttest"
-	"cairn/layer"
+	"cairnfs.dev/cairn/fusefs"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
 )
 
 // syncBuf is a log sink for the mount's error lines.

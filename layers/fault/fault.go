@@ -25,9 +25,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
-	"cairn/pathmatch"
-	"cairn/registry"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/pathmatch"
+	"cairnfs.dev/cairn/registry"
 )
 
 // Rule is one fault: where it applies (Paths, Ops, Names), when it fires

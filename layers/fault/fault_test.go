@@ -13,12 +13,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layers/fault"
-	"cairn/layers/local"
-	"cairn/pathmatch"
-	"cairn/spec"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/fault"
+	"cairnfs.dev/cairn/layers/local"
+	"cairnfs.dev/cairn/pathmatch"
+	"cairnfs.dev/cairn/spec"
 )
 
 func set(t *testing.T, pats ...string) *pathmatch.Set {

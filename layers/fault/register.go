@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"cairn/layer"
-	"cairn/registry"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/registry"
 )
 
 func checkOp(s string) (layer.Class, error) { k, _, err := ParseOp(s); return k, err }

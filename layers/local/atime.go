@@ -5,7 +5,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 var _ layer.AtimeSetter = (*FS)(nil)

@@ -9,8 +9,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/mounttest"
-	"cairn/layer"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
 )
 
 // TestSetAtime: over a directory whose own mount has other atime options,

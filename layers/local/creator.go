@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // creators run the system calls that create objects (open with O_CREAT,

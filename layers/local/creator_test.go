@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // TestCreateModes: objects get the mode asked for under the caller's umask

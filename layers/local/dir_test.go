@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // A directory of 10^5 entries (10^6 with CAIRN_LONG=1) streams with memory

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 func openFds(t *testing.T) int {

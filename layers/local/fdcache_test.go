@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // Open files hold at most fds.max descriptors; a file whose descriptor was

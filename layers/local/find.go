@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // Finding objects by identity (layer.Finder), for file handles of a mount.

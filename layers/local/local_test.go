@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 func newFS(t *testing.T) (*FS, string) {

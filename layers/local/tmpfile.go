@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // atDir runs fn with a descriptor (O_PATH) of the directory path itself.

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/mounttest"
+	"cairnfs.dev/cairn/internal/mounttest"
 )
 
 // TestShortWriteIsAnError: a write that fills the disk stores what fits and

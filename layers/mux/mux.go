@@ -12,9 +12,9 @@ import (
 	"strings"
 	"syscall"
 
-	"cairn/layer"
-	"cairn/layer/fanout"
-	"cairn/registry"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layer/fanout"
+	"cairnfs.dev/cairn/registry"
 )
 
 // FS shows each lower as a top-level directory.

@@ -9,10 +9,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
-	"cairn/layers/local"
-	"cairn/layers/mux"
-	"cairn/registry"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/local"
+	"cairnfs.dev/cairn/layers/mux"
+	"cairnfs.dev/cairn/registry"
 )
 
 func newMux(t *testing.T, names []string) (*mux.FS, []string) {

@@ -2,7 +2,7 @@
 // unchanged and exists so that the cost of stacking can be measured.
 package null
 
-import "cairn/layer"
+import "cairnfs.dev/cairn/layer"
 
 // FS is a null layer over one lower layer.
 type FS struct {

@@ -7,11 +7,11 @@ import (
 	"path/filepath"
 	"testing"
 
-	"cairn/internal/fsx"
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layers/local"
-	"cairn/layers/null"
+	"cairnfs.dev/cairn/internal/fsx"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/local"
+	"cairnfs.dev/cairn/layers/null"
 )
 
 func stack(t *testing.T) (string, layer.FS) {

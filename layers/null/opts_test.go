@@ -1,6 +1,6 @@
 package null_test
 
-import "cairn/fusefs"
+import "cairnfs.dev/cairn/fusefs"
 
 func mountOpts(noPassthrough bool) fusefs.Options {
 	return fusefs.Options{AllowOther: true, NoPassthrough: noPassthrough}

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"syscall"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // The dirty log. While a replica is degraded, every object that changes

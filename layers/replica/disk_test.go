@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/mounttest"
-	"cairn/layers/replica"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layers/replica"
 )
 
 func run(t *testing.T, name string, args ...string) string {

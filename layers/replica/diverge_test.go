@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layers/replica"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/replica"
 )
 
 // TestReplicaChangedOutside: replicas changed directly (not through cairn)

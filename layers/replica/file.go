@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // file is an open file of a replica layer: one replica's file for a file

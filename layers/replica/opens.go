@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // The kernel keeps one I/O mode per inode (fs/fuse/iomode.c): while a file

@@ -9,9 +9,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layers/replica"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/replica"
 )
 
 // openCounter counts the opens that reach a replica.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/mounttest"
+	"cairnfs.dev/cairn/internal/mounttest"
 )
 
 // TestResyncCommand: through cairn mount and cairn resync. The second

@@ -6,9 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layers/replica"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/replica"
 )
 
 // TestReplicaReadsPassedThrough: through a mount, the reads of read-only

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"cairn/layer"
-	"cairn/registry"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/registry"
 )
 
 // checkDirs refuses replicas stored in one directory, or one inside

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	_ "cairn/layers/null"
-	"cairn/spec"
+	_ "cairnfs.dev/cairn/layers/null"
+	"cairnfs.dev/cairn/spec"
 )
 
 // TestCheckRefusesBadReplicas: replicas in one directory, one inside

@@ -19,12 +19,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/fsx"
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layers/fault"
-	"cairn/layers/local"
-	"cairn/layers/replica"
+	"cairnfs.dev/cairn/internal/fsx"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/fault"
+	"cairnfs.dev/cairn/layers/local"
+	"cairnfs.dev/cairn/layers/replica"
 )
 
 func lowers(t *testing.T, n int) []string {

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // Changes made to a replica outside cairn while it was unmounted. Every

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"syscall"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // OpenDir streams a listing. A flat directory is its lower's stream. A

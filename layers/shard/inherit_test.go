@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"cairn/internal/mounttest"
-	"cairn/layers/shard"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layers/shard"
 )
 
 var root = mounttest.User{Uid: 0, Gid: 0}

@@ -3,8 +3,8 @@ package shard
 import (
 	"fmt"
 
-	"cairn/layer"
-	"cairn/registry"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/registry"
 )
 
 // DefaultBuckets is the hash bucket count where none is given (see

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // Progress is where a resharding is.

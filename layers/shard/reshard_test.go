@@ -17,10 +17,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layers/local"
-	"cairn/layers/shard"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/local"
+	"cairnfs.dev/cairn/layers/shard"
 )
 
 // fillFlat makes n files (and a few directories with a file each) in the

@@ -13,11 +13,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/fsx"
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layers/local"
-	"cairn/layers/shard"
+	"cairnfs.dev/cairn/internal/fsx"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/local"
+	"cairnfs.dev/cairn/layers/shard"
 )
 
 func stack(t testing.TB, lower string, buckets int) *shard.FS {

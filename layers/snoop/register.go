@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"strings"
 
-	"cairn/layer"
-	"cairn/logsink"
-	"cairn/pathmatch"
-	"cairn/registry"
-	"cairn/spec"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/logsink"
+	"cairnfs.dev/cairn/pathmatch"
+	"cairnfs.dev/cairn/registry"
+	"cairnfs.dev/cairn/spec"
 )
 
 // The options' checks, which cairn check runs too: everything New would

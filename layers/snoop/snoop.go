@@ -24,10 +24,10 @@ import (
 	"fmt"
 	"time"
 
-	"cairn/layer"
-	"cairn/logsink"
-	"cairn/pathmatch"
-	"cairn/registry"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/logsink"
+	"cairnfs.dev/cairn/pathmatch"
+	"cairnfs.dev/cairn/registry"
 )
 
 // Options configure a snoop layer.

@@ -16,11 +16,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/fsx"
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layers/local"
-	"cairn/layers/snoop"
+	"cairnfs.dev/cairn/internal/fsx"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/local"
+	"cairnfs.dev/cairn/layers/snoop"
 )
 
 func stack(t *testing.T, o snoop.Options) (lower string, fs *snoop.FS) {

@@ -8,8 +8,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
-	"cairn/layer/fanout"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layer/fanout"
 )
 
 // Claim locks the RW branches against a second process (layer.Claimer):

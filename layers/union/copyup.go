@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // copyUp makes o, found at path, changeable: if its branch is read-only it

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/mounttest"
+	"cairnfs.dev/cairn/internal/mounttest"
 )
 
 // TestUnionCopyUpCrash kills the daemon (kill -9) while it copies a large

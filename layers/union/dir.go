@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // ReadDir is the merged stream, read whole.

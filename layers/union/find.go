@@ -5,7 +5,7 @@ import (
 	"encoding/binary"
 	"syscall"
 
-	"cairn/layer"
+	"cairnfs.dev/cairn/layer"
 )
 
 // File handles (layer.Finder): a handle of the union names the branch the

@@ -14,10 +14,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layer/fanout"
-	"cairn/layers/union"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layer/fanout"
+	"cairnfs.dev/cairn/layers/union"
 )
 
 // indexEntries lists the index of upper branch up.

@@ -15,10 +15,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layer/fanout"
-	"cairn/layers/union"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layer/fanout"
+	"cairnfs.dev/cairn/layers/union"
 )
 
 // lookups counts a branch's Getattr calls, by path.

@@ -8,8 +8,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
-	"cairn/layer/fanout"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layer/fanout"
 )
 
 // With moveonenospc (mergerfs's), a file open for writing on a branch that

@@ -9,10 +9,10 @@ import (
 	"syscall"
 	"testing"
 
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layer/fanout"
-	"cairn/layers/union"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layer/fanout"
+	"cairnfs.dev/cairn/layers/union"
 )
 
 // smallFS mounts a tmpfs of size MiB on a new directory.

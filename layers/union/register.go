@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"strings"
 
-	"cairn/layer"
-	"cairn/layer/fanout"
-	"cairn/registry"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layer/fanout"
+	"cairnfs.dev/cairn/registry"
 )
 
 func init() {

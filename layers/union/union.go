@@ -26,8 +26,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
-	"cairn/layer/fanout"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layer/fanout"
 )
 
 // Overlayfs's names.

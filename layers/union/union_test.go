@@ -17,14 +17,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/fsx"
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layer/fanout"
-	"cairn/layers/codec"
-	"cairn/layers/crypt"
-	"cairn/layers/local"
-	"cairn/layers/union"
+	"cairnfs.dev/cairn/internal/fsx"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layer/fanout"
+	"cairnfs.dev/cairn/layers/codec"
+	"cairnfs.dev/cairn/layers/crypt"
+	"cairnfs.dev/cairn/layers/local"
+	"cairnfs.dev/cairn/layers/union"
 )
 
 func localFS(t testing.TB, d string) layer.FS {

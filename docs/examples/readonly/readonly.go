@@ -8,9 +8,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/layer"
-	"cairn/pathmatch"
-	"cairn/registry"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/pathmatch"
+	"cairnfs.dev/cairn/registry"
 )
 
 // FS is a read-only layer.

@@ -10,11 +10,11 @@ import (
 	"syscall"
 	"testing"
 
-	"cairn/internal/mounttest"
-	"cairn/layer"
-	"cairn/layers/local"
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/local"
 
-	"cairn/docs/examples/readonly"
+	"cairnfs.dev/cairn/docs/examples/readonly"
 )
 
 func TestInProcess(t *testing.T) {
