@@ -117,16 +117,16 @@ func (m *inoMap) forget(id layer.ID, ino uint64) {
 	if m.spill[id] == ino {
 		delete(m.spill, id)
 	}
-	if m.fresh[noGen(id)] == ino {
-		delete(m.fresh, noGen(id))
-	}
 	m.mu.Unlock()
 }
 
 // renumber gives id a new serial number, for the nodes made from now on:
 // the node of its old number stays the files' that are open on it (a
 // passthrough backing file the kernel keeps, see passthrough.go), and the
-// next lookup of the name makes a node of the new number.
+// next lookup of the name makes a node of the new number. The new number
+// stays until that backing file is let go of (unfresh), not until the new
+// node is forgotten: the kernel forgets at once the node of a lookup that
+// revalidated a name, and looks it up again.
 func (m *inoMap) renumber(id layer.ID) uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -137,6 +137,14 @@ func (m *inoMap) renumber(id layer.ID) uint64 {
 	}
 	m.fresh[noGen(id)] = n
 	return n
+}
+
+// unfresh drops id's new number (renumber): the node of its own number has
+// no backing file left.
+func (m *inoMap) unfresh(id layer.ID) {
+	m.mu.Lock()
+	delete(m.fresh, noGen(id))
+	m.mu.Unlock()
 }
 
 // noGen is id without its generation: fresh numbers replace the numbers

@@ -21,18 +21,20 @@ import (
 //     and no file in cached io mode (then the layer's file becomes the
 //     node's backing file);
 //   - FOPEN_PASSTHROUGH with FOPEN_DIRECT_IO, when the node has a backing
-//     file that is not this file's, or this file is not to be passed
-//     through, and the open is read-only: reads come to the daemon, which
-//     serves them from the layer's file (a mapping of it, though, maps the
-//     backing file, as the kernel does for such opens: it reads what that
-//     file holds);
-//   - ESTALE for such an open that may write: a shared mapping of it would
-//     write the backing file, another file (a union's lower file held open
-//     from before a copy-up, another replica), whatever its access mode.
-//     The object is given a new node number, so that the kernel, which
-//     looks the name up again on ESTALE, opens a node of its own, with no
-//     backing file; the files open on the old node keep it (its st_ino
-//     then differs from the new one's until they are closed);
+//     file and this file is not to be passed through (a file the layer
+//     serves itself: a codec's plain file open to write, a replica's write
+//     to every replica), or is another file and the open is read-only:
+//     reads and writes come to the daemon, which serves them from the
+//     layer's file (a mapping of it, though, maps the backing file, as the
+//     kernel does for such opens);
+//   - ESTALE for an open that may write and would be passed through to
+//     another file than the node's backing file: a shared mapping of it
+//     would write the backing file, whatever its access mode (a union's
+//     lower file held open by a reader from before a copy-up). The object
+//     is given a new node number, so that the kernel, which looks the name
+//     up again on ESTALE, opens a node of its own, with no backing file;
+//     the files open on the old node keep it (its st_ino then differs from
+//     the new one's until they are closed);
 //   - cached io through the daemon otherwise.
 //
 // The daemon decides this itself rather than through go-fuse's
@@ -95,7 +97,7 @@ func (st *state) passOpened(req <-chan struct{}, s fuse.Status, out *fuse.OpenOu
 			return true
 		}
 		n.bk = &backing{id: id, dev: dev, ino: ino}
-	case n.bk != nil && f.writable:
+	case n.bk != nil && f.writable && fd >= 0:
 		st.inos.renumber(n.id)
 		return false
 	case n.bk != nil:
@@ -150,6 +152,7 @@ func (st *state) passReleased(f *file) {
 			}
 			if n != nil && n.bk == f.bk {
 				n.bk = nil
+				st.inos.unfresh(n.id)
 			}
 		}
 		f.bk = nil

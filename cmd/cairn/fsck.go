@@ -9,9 +9,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"time"
-
-	"golang.org/x/sys/unix"
 
 	"cairnfs.dev/cairn/layer"
 	"cairnfs.dev/cairn/registry"
@@ -39,8 +36,10 @@ func runFsck(args []string, stdout, stderr io.Writer) int {
 
 Checks every file under each size-changing layer (copy, uuencode, gzip, zstd,
 lz4) of the stack SPEC: the header and index of each file against a scan of
-its records, and every chunk's data. It refuses a stack that is mounted (or
-being checked): unmount it first.
+its records, and every chunk's data. A file the layer did not write (one
+that was in the directory before, served as it is) is reported as "plain
+(not yet converted)", which is no problem: 'cairn convert' converts them.
+It refuses a stack that is mounted (or being checked): unmount it first.
 
 With --repair it rebuilds the indexes and headers that are missing, stale or
 wrong, which changes no byte of any file, and prints per file what it
@@ -132,9 +131,9 @@ Flags:
 		sum, err := c.Fsck(ctx, mode,
 			func(i, n int, p string) {
 				if bar == nil {
-					bar = newProgress(stderr, n)
+					bar = newProgress(stderr, "fsck", "files", int64(n), 0)
 				}
-				bar.update(i, p)
+				bar.update(int64(i), 0, p)
 			},
 			func(r layer.FileReport) {
 				if r.Err != nil {
@@ -168,48 +167,3 @@ Flags:
 	}
 	return exitOK
 }
-
-// progress draws a progress bar on a terminal (the count done, of how
-// many, and the rate per second), and nothing elsewhere.
-type progress struct {
-	w     io.Writer
-	n     int
-	tty   bool
-	shown bool
-	start time.Time
-}
-
-func newProgress(w io.Writer, n int) *progress {
-	p := &progress{w: w, n: n, start: time.Now()}
-	if f, ok := w.(*os.File); ok {
-		_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-		p.tty = err == nil
-	}
-	return p
-}
-
-func (p *progress) update(i int, name string) {
-	if !p.tty || p.n == 0 {
-		return
-	}
-	const width = 30
-	fill := width * i / p.n
-	if len(name) > 40 {
-		name = "..." + name[len(name)-37:]
-	}
-	rate := ""
-	if d := time.Since(p.start).Seconds(); d >= 0.1 {
-		rate = fmt.Sprintf("%.0f/s", float64(i)/d)
-	}
-	fmt.Fprintf(p.w, "\r[%s%s] %d/%d %8s %-40s", strings.Repeat("=", fill), strings.Repeat(" ", width-fill), i, p.n, rate, name)
-	p.shown = true
-}
-
-func (p *progress) clear() {
-	if p.shown {
-		fmt.Fprintf(p.w, "\r%s\r", strings.Repeat(" ", 100))
-		p.shown = false
-	}
-}
-
-func (p *progress) done() { p.clear() }

@@ -10,6 +10,7 @@ import (
 
 	"cairnfs.dev/cairn/layer"
 	"cairnfs.dev/cairn/layers/crypt"
+	"cairnfs.dev/cairn/layers/local"
 	"cairnfs.dev/cairn/registry"
 	"cairnfs.dev/cairn/spec"
 )
@@ -172,9 +173,21 @@ func runInit(args []string) int {
 	fl.Usage = func() {
 		fmt.Fprintf(fl.Output(), `Usage: cairn init [flags] SPEC
 
-Creates the encrypted volume of SPEC's crypt layer in the (empty) layer below
-it: a random master key, wrapped by a key derived from the passphrase, in the
-file %s there, and the root directory's IV.
+Creates the encrypted volume of SPEC's crypt layer in the layer below it: a
+random master key, wrapped by a key derived from the passphrase, in the file
+%s there, and the root directory's IV.
+
+If that layer is a directory that holds files already, they are encrypted
+into the new volume: init writes the volume in DIR.cairn-init beside it
+(names, contents, owners, modes, times, xattrs, hard links, symlinks, holes;
+with a progress bar), makes it durable, exchanges it with DIR in one rename,
+and keeps the plain files as DIR.plain-TIME for you to remove once the
+mount shows them (it needs room for that second copy, on the same file
+system). A run that stops before the exchange leaves DIR as it was
+and DIR.cairn-init, which the next run removes. The old plain bytes stay on
+the disk until that copy is removed, and even then may remain in free
+blocks: encrypting a directory in place is no substitute for encrypting an
+empty one on a fresh disk.
 
 Flags:
 `, crypt.ConfigName)
@@ -206,12 +219,45 @@ Flags:
 		return fail(err, exitFailed)
 	}
 	defer clear(pass)
-	master, err := crypt.Init(context.Background(), lower, crypt.InitParams{Cipher: *cipher, BlockSize: int(bs), KDF: kdf}, pass)
+	params := crypt.InitParams{Cipher: *cipher, BlockSize: int(bs), KDF: kdf}
+	empty, err := isEmptyDir(context.Background(), lower)
+	if err != nil {
+		return fail(fmt.Errorf("init: %v", err), exitFailed)
+	}
+	var master []byte
+	kept := ""
+	_, isLocal := lower.(*local.FS)
+	switch {
+	case empty:
+		master, err = crypt.Init(context.Background(), lower, params, pass)
+	case !isLocal:
+		err = fmt.Errorf("the layer below %q is not empty, and is not a directory that init can encrypt (only a local layer's)", l.Name)
+	default:
+		// Files are there: encrypt them into a new volume in their place.
+		if _, cerr := crypt.ReadConfig(context.Background(), lower); cerr == nil {
+			err = fmt.Errorf("%s holds a volume already (%s)", layer.LowerDir(lower), crypt.ConfigName)
+			break
+		}
+		if release, lerr := layer.LockLower(context.Background(), lower, l.Name); lerr != nil {
+			code := exitFailed
+			if errors.Is(lerr, layer.ErrInUse) {
+				code = exitBusy
+			}
+			return fail(fmt.Errorf("init: %w", lerr), code)
+		} else {
+			defer release()
+		}
+		master, kept, err = initExisting(layer.LowerDir(lower), params, pass, os.Stderr)
+	}
 	if err != nil {
 		return fail(fmt.Errorf("init: %v", err), exitFailed)
 	}
 	fmt.Printf("cairn: layer %q is ready (%s, %d-byte blocks, %s); mount it with 'cairn mount %s MOUNTPOINT'\n",
 		l.Name, *cipher, bs, kdf.Name, fl.Arg(0))
+	if kept != "" {
+		fmt.Printf("cairn: the files that were in %s are encrypted in it; the plain files are kept in %s: remove them (with care: shred or a discard does not reach every copy) once the mount shows them\n",
+			layer.LowerDir(lower), kept)
+	}
 	if *printKey {
 		fmt.Printf("\nMaster key (it opens the data without the passphrase: keep it offline; mount with it by unlock = \"masterkey\"):\n\n    %s\n\n",
 			crypt.FormatMasterKey(master))

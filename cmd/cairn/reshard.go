@@ -105,13 +105,17 @@ Flags:
 	if err != nil {
 		return fail(usagef("reshard: --layout: %v", err), exitUsage)
 	}
-	last := time.Time{}
+	var bar *progress
 	err = sh.Reshard(ctx, p, to, func(pr shard.Progress) {
-		if time.Since(last) > time.Second || pr.Source == pr.Sources {
-			last = time.Now()
-			show("running: " + pr.String())
+		if *quiet {
+			return
 		}
+		if bar == nil {
+			bar = newProgress(stderr, "reshard", "entries", int64(pr.Total), 0)
+		}
+		bar.update(int64(pr.Moved), 0, fmt.Sprintf("bucket %d/%d", pr.Source, pr.Sources))
 	})
+	bar.done()
 	if err != nil {
 		return fail(err, exitFailed)
 	}

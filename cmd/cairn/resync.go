@@ -79,11 +79,9 @@ Flags:
 				return
 			}
 			if bar == nil {
-				bar = newProgress(stderr, int(total))
+				bar = newProgress(stderr, "resync", "objects", total, 0)
 			}
-			if done%64 == 0 || done == total {
-				bar.update(int(done), "")
-			}
+			bar.update(done, 0, "")
 		})
 		if bar != nil {
 			bar.done()

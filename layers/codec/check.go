@@ -1,6 +1,7 @@
 package codec
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -73,12 +74,28 @@ type Report struct {
 	Dropped      int64
 	LostAccepted int
 	Repaired     bool
+	// Plain says the file is not the layer's (no magic: see IsPlain): it
+	// is served as it is, until it is rewritten or converted.
+	Plain bool
+	// Encoded, for a plain file, is where a record of the format was found
+	// in it: damaged data of the layer, whose magic numbers are destroyed,
+	// rather than a file that was there before (-1: none).
+	Encoded int64
 }
 
 // OK reports whether the file is consistent and readable.
-func (r *Report) OK() bool { return len(r.Problems) == 0 && len(r.Damaged) == 0 && r.Lost == "" }
+func (r *Report) OK() bool {
+	return len(r.Problems) == 0 && len(r.Damaged) == 0 && r.Lost == "" && !(r.Plain && r.Encoded >= 0)
+}
 
 func (r *Report) String() string {
+	if r.Plain {
+		s := fmt.Sprintf("%s: %d bytes, plain (not yet converted)", r.Path, r.Size)
+		if r.Encoded >= 0 {
+			s += fmt.Sprintf("\n  problem: no header, yet a record of the format at byte %d: this may be data of the layer whose header is destroyed, served raw (not repaired: look at it, restore it from a backup, or remove it)", r.Encoded)
+		}
+		return s
+	}
 	s := fmt.Sprintf("%s: %d bytes, %d chunks, %d records", r.Path, r.Size, r.Chunks, r.Records)
 	if r.Replayed > 0 {
 		s += fmt.Sprintf(", %d replayed after the checkpoint", r.Replayed)
@@ -131,6 +148,19 @@ func (fs *FS) Check(ctx context.Context, path string, mode Mode) (Report, error)
 		return rep, err
 	}
 	defer lf.Release(ctx)
+	if la, err := lf.Getattr(ctx); err != nil {
+		return rep, err
+	} else if la.Size > 0 {
+		plain, err := IsPlain(ctx, lf)
+		if err != nil {
+			return rep, err
+		}
+		if plain {
+			rep.Plain, rep.Size = true, int64(la.Size)
+			rep.Encoded, err = findRecord(ctx, lf)
+			return rep, err
+		}
+	}
 	a := &state{fs: fs.e, path: path, lower: lf, ro: true}
 	if err := a.load(ctx); err != nil {
 		return rep, err
@@ -461,7 +491,7 @@ func (fs *FS) Fsck(ctx context.Context, mode layer.CheckMode, progress func(done
 		return layer.CheckSummary{}, fmt.Errorf("listing the files of the %s layer: %w", fs.e.kind.Name, err)
 	}
 	sum := layer.CheckSummary{LostFound: LostFound}
-	var problems, damaged, repaired int
+	var problems, damaged, repaired, plain int
 	for i, p := range files {
 		progress(i, len(files), p)
 		rep, err := fs.Check(ctx, p, mode)
@@ -478,6 +508,9 @@ func (fs *FS) Fsck(ctx context.Context, mode layer.CheckMode, progress func(done
 		if rep.Repaired {
 			repaired++
 		}
+		if rep.Plain && rep.OK() {
+			plain++
+		}
 		if fr.Dropped {
 			sum.Dropped = true
 		}
@@ -490,5 +523,38 @@ func (fs *FS) Fsck(ctx context.Context, mode layer.CheckMode, progress func(done
 	}
 	sum.Line = fmt.Sprintf("%s layer: %d files checked, %d repaired, %d index problems left, %d damaged chunks",
 		fs.e.kind.Name, len(files), repaired, problems, damaged)
+	if plain > 0 {
+		files := "files"
+		if plain == 1 {
+			files = "file"
+		}
+		sum.Line += fmt.Sprintf(", %d plain %s (not yet converted: served as they are; 'cairn convert' converts them)", plain, files)
+	}
 	return sum, nil
+}
+
+// findRecord looks for a valid record header of the format anywhere in
+// the plain file lf: its offset, or -1.
+func findRecord(ctx context.Context, lf layer.File) (int64, error) {
+	buf := make([]byte, scanBlock+recHdrSize)
+	for off := int64(0); ; off += scanBlock {
+		n, err := lf.ReadAt(ctx, buf, off)
+		if err != nil && err != io.EOF {
+			return -1, err
+		}
+		b := buf[:n]
+		for i := 0; ; {
+			j := bytes.Index(b[i:], recMagic[:])
+			if j < 0 || i+j >= scanBlock {
+				break
+			}
+			if _, perr := parseRec(b[i+j:], 0, 0); perr == nil {
+				return off + int64(i+j), nil
+			}
+			i += j + 1
+		}
+		if n < len(buf) {
+			return -1, nil
+		}
+	}
 }

@@ -65,6 +65,22 @@ type Engine struct {
 	// lower file open until done: at most maxEvictedFolds.
 	evicting int
 	closed   bool
+
+	// servePlain: files that the engine did not write (no magic: see
+	// isPlain) are served as they are (a codec layer over existing data;
+	// not a chain's link, whose record says the file is encoded).
+	servePlain bool
+	// plains are the plain handles open (and operations under way on
+	// plain files) by lower identity: a plain file becomes the engine's
+	// (truncated to 0, then written encoded) only when none is, so that
+	// no handle reads or writes raw bytes of a file that is encoded now.
+	plains map[layer.ID]*plainSet
+	// convSeq is odd while a plain file is being made the engine's; an
+	// open that found a file plain counts it only if convSeq did not
+	// change meanwhile. pmu makes those changes one at a time.
+	convSeq uint64
+	pmu     sync.Mutex
+	pcond   *sync.Cond // see plainCond
 }
 
 var _ layer.Transform = (*Engine)(nil)
@@ -88,6 +104,7 @@ func New(lower layer.FS, name string, o Options) (*FS, error) {
 	if err != nil {
 		return nil, err
 	}
+	e.servePlain = true
 	return &FS{Transformed: layer.Transformed{Base: layer.Base{Lower: lower}, T: e}, e: e}, nil
 }
 
@@ -126,7 +143,7 @@ func NewEngine(lower layer.FS, name string, o Options) (*Engine, error) {
 	}
 	return &Engine{Lower: lower, kind: k, codec: c, shift: uint8(bits.TrailingZeros64(uint64(o.ChunkSize))),
 		fastTails: o.FastTails, compactMin: o.CompactMin, foldDelay: o.FoldDelay, salt: o.salt, logger: o.Logger,
-		states: map[layer.ID]*state{}, timers: map[*state]*time.Timer{}, foldSem: make(chan struct{}, 2)}, nil
+		states: map[layer.ID]*state{}, timers: map[*state]*time.Timer{}, foldSem: make(chan struct{}, 2), plains: map[layer.ID]*plainSet{}}, nil
 }
 
 // checkChunk and checkLevel are the options' checks, for New and for
@@ -433,7 +450,7 @@ func (fs *Engine) openLower(ctx context.Context, path string, flags int) (layer.
 	if err == nil {
 		return lf, false, nil
 	}
-	if flags&unix.O_ACCMODE != unix.O_RDONLY || (err != syscall.EACCES && err != syscall.EROFS && err != syscall.EPERM) {
+	if flags&unix.O_ACCMODE != unix.O_RDONLY || (err != syscall.EACCES && err != syscall.EROFS && err != syscall.EPERM && err != syscall.ETXTBSY) {
 		return nil, false, err
 	}
 	lf, err = fs.Lower.Open(ctx, path, unix.O_RDONLY|flags&unix.O_NOFOLLOW)
@@ -484,11 +501,14 @@ func (fs *Engine) Stat(ctx context.Context, path string, a *layer.Attr) error {
 	if err != nil {
 		return err
 	}
-	area := make([]byte, headerSize)
+	area := make([]byte, plainProbe)
 	n, err := lf.ReadAt(ctx, area, 0)
 	lf.Release(ctx)
 	if err != nil && err != io.EOF {
 		return err
+	}
+	if fs.servePlain && isPlainBytes(area[:n]) {
+		return nil // a plain file: its size is its own
 	}
 	if sl, ok := bestSlot(area[:n]); ok && sl.logEnd == int64(a.Size) {
 		a.Size = uint64(sl.size)
@@ -520,6 +540,40 @@ func (fs *Engine) Stat(ctx context.Context, path string, a *layer.Attr) error {
 
 // Truncate sets the logical size of path's file.
 func (fs *Engine) Truncate(ctx context.Context, path, name string, size int64) error {
+	if fs.servePlain {
+		for try := 0; ; try++ {
+			lf, _, err := fs.openLower(ctx, path, unix.O_WRONLY)
+			if err != nil {
+				return err
+			}
+			id, plain, retry, err := fs.plainOf(ctx, lf)
+			if err != nil || (retry && try < 100) {
+				lf.Release(ctx)
+				if err != nil {
+					return err
+				}
+				continue
+			}
+			if !plain {
+				lf.Release(ctx)
+				break
+			}
+			// A plain file truncated to 0 becomes the engine's (unless
+			// it is open); to another size, it stays plain.
+			converted := false
+			if size == 0 {
+				if converted, err = fs.toCodec(ctx, lf, path, id); converted {
+					return nil // lf is the engine's now
+				}
+			}
+			if err == nil {
+				_, err = lf.Setattr(ctx, &layer.SetAttr{Valid: layer.SetSize, Size: uint64(size)})
+			}
+			fs.unplain(id, nil)
+			lf.Release(ctx)
+			return err
+		}
+	}
 	st, err := fs.openState(ctx, path, unix.O_WRONLY)
 	if err != nil {
 		return err
@@ -567,12 +621,55 @@ type expectID struct{}
 const handleFlags = unix.O_APPEND | unix.O_SYNC | unix.O_DSYNC | unix.O_ACCMODE
 
 func (fs *Engine) Open(ctx context.Context, path, name string, flags int) (layer.File, error) {
-	st, lk, err := fs.openHandle(ctx, path, flags)
-	if err != nil {
-		return nil, err
+	trunc := flags&unix.O_TRUNC != 0 && flags&unix.O_ACCMODE != unix.O_RDONLY
+	var st *state
+	var lk layer.File
+	var err error
+	for try := 0; ; try++ {
+		lf, ro, err := fs.openLower(ctx, path, flags)
+		if err != nil {
+			return nil, err
+		}
+		if fs.servePlain {
+			id, plain, retry, err := fs.plainOf(ctx, lf)
+			if err != nil {
+				lf.Release(ctx)
+				return nil, err
+			}
+			if retry && try < 100 {
+				lf.Release(ctx)
+				continue
+			}
+			if plain && trunc {
+				// Rewritten from its first byte: it becomes the
+				// engine's, unless others have it open.
+				converted, err := fs.toCodec(ctx, lf, path, id)
+				if err != nil {
+					fs.unplain(id, nil)
+					lf.Release(ctx)
+					return nil, err
+				}
+				if converted {
+					continue // open it as the engine's
+				}
+			}
+			if plain {
+				lf.Release(ctx)
+				f, retry, err := fs.openPlain(ctx, path, flags, id)
+				if retry && try < 100 {
+					continue
+				}
+				return f, err
+			}
+		}
+		st, lk, err = fs.acquire(ctx, path, lf, ro)
+		if err != nil {
+			return nil, err
+		}
+		break
 	}
 	f := &File{fs: fs, st: st, flags: flags & handleFlags, path: path, lk: lk}
-	if flags&unix.O_TRUNC != 0 && flags&unix.O_ACCMODE != unix.O_RDONLY {
+	if trunc {
 		st.mu.Lock()
 		err = st.truncate(ctx, 0)
 		st.mu.Unlock()
@@ -588,6 +685,19 @@ func (fs *Engine) Create(ctx context.Context, path, name string, flags int, mode
 	lf, a, err := fs.Lower.Create(ctx, path, unix.O_RDWR|flags&(unix.O_EXCL|unix.O_NOFOLLOW), mode)
 	if err != nil {
 		return nil, a, err
+	}
+	if fs.servePlain && a.Size > 0 {
+		// The file was there (no O_EXCL): it may be plain.
+		lf.Release(ctx)
+		f, err := fs.Open(ctx, path, name, flags&^(unix.O_CREAT|unix.O_EXCL))
+		if err != nil {
+			return nil, layer.Attr{}, err
+		}
+		if a, err = f.Getattr(ctx); err != nil {
+			f.Release(ctx)
+			return nil, layer.Attr{}, err
+		}
+		return f, a, nil
 	}
 	st, lk, err := fs.acquire(ctx, path, lf, false)
 	if err != nil {
