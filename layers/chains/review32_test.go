@@ -1,0 +1,113 @@
+package chains_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"cairn/internal/mounttest"
+)
+
+// abortFUSE aborts the FUSE connection of the mount at dir (found in
+// /proc/self/mountinfo, as a stat of a hung mount would hang), if fusectl
+// is mounted.
+func abortFUSE(dir string) {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) > 4 && f[4] == dir {
+			if _, minor, ok := strings.Cut(f[2], ":"); ok {
+				os.WriteFile("/sys/fs/fuse/connections/"+minor+"/abort", []byte("1"), 0)
+			}
+		}
+	}
+}
+
+// TestLinkOpenDuringRenames: opens and stats of a link (whose view opens
+// its target through the layer) while renames run beside them. The view
+// took the layer's swap lock for reading a second time, under the open's
+// or the stat's: a rename waiting for the write lock between the two
+// blocked the inner one, and the open, the rename and every later
+// operation of the layer waited for ever.
+func TestLinkOpenDuringRenames(t *testing.T) {
+	d := t.TempDir()
+	m := mounttest.Mount(t, stack(t, d, "", "", nil))
+	report := data(20000)
+	if err := os.WriteFile(m.Path("report.txt"), report, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(m.Path("r.gz"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := setLinkX(m.Path("r.gz"), "report.txt:gzip"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(m.Path("a"), []byte("a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	finished := make(chan struct{})
+	watchdog := time.AfterFunc(30*time.Second, func() {
+		// Free the test's own blocked system calls, so that the panic
+		// ends the process (fusectl, if mounted).
+		var st unix.Stat_t
+		if unix.Stat(d, &st) == nil {
+			abortFUSE(m.Dir)
+		}
+		panic("opens of a link and renames did not finish in 30 s: deadlock")
+	})
+	defer watchdog.Stop()
+	go func() {
+		defer close(finished)
+		var wg sync.WaitGroup
+		stop := time.Now().Add(2 * time.Second)
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(stop) {
+					if w == 3 {
+						os.Stat(m.Path("r.gz"))
+						continue
+					}
+					b, err := os.ReadFile(m.Path("r.gz"))
+					if err != nil {
+						t.Errorf("read the link: %v", err)
+						return
+					}
+					z, err := gzip.NewReader(bytes.NewReader(b))
+					if err != nil {
+						t.Errorf("the link's view: %v", err)
+						return
+					}
+					if got, err := io.ReadAll(z); err != nil || !bytes.Equal(got, report) {
+						t.Errorf("the link's view: %d bytes, %v", len(got), err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; time.Now().Before(stop); i++ {
+				from, to := m.Path("a"), m.Path("b")
+				if i%2 == 1 {
+					from, to = to, from
+				}
+				if err := os.Rename(from, to); err != nil {
+					t.Errorf("rename: %v", err)
+					return
+				}
+			}
+		}()
+		wg.Wait()
+	}()
+	<-finished
+}
