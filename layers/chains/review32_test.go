@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"cairn/internal/mounttest"
+	"cairn/layers/chains"
 )
 
 // abortFUSE aborts the FUSE connection of the mount at dir (found in
@@ -110,4 +112,87 @@ func TestLinkOpenDuringRenames(t *testing.T) {
 		wg.Wait()
 	}()
 	<-finished
+}
+
+// TestFstatAfterConversion: a file held open while its chain changes (the
+// conversion renames a new file over it) keeps its descriptor, as a file
+// renamed over on ext4 does: fstat(2) and reads of it succeed, with the
+// old file's bytes; the path shows the converted file.
+func TestFstatAfterConversion(t *testing.T) {
+	d := t.TempDir()
+	m := mounttest.Mount(t, stack(t, d, "", "", nil))
+	want := data(5000)
+	if err := os.WriteFile(m.Path("f"), want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range []string{"zstd", ""} {
+		f, err := os.Open(m.Path("f"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := setChain(m.Path("f"), ch); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1100 * time.Millisecond) // past the kernel's attribute cache
+		var st unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+			t.Errorf("fstat of a file open across a conversion to %q: %v", ch, err)
+		} else if st.Size != int64(len(want)) {
+			t.Errorf("fstat: size %d, want %d", st.Size, len(want))
+		}
+		b := make([]byte, len(want)+1)
+		if n, err := f.ReadAt(b, 0); n != len(want) || !bytes.Equal(b[:n], want) {
+			t.Errorf("read of a file open across a conversion to %q: %d bytes, %v", ch, n, err)
+		}
+		f.Close()
+		mustRead(t, m.Path("f"), want)
+	}
+}
+
+// TestWriteDuringConversion: a file opened for writing while its
+// conversion copies it (after the conversion waited for the writers it
+// had) and written and closed: the write is in the file afterwards (or the
+// conversion fails with EBUSY and leaves the file as it was). The
+// conversion renamed its copy, made without the write, over the file.
+func TestWriteDuringConversion(t *testing.T) {
+	d := t.TempDir()
+	m := mounttest.Mount(t, stack(t, d, "", "", nil))
+	p := m.Path("f")
+	want := data(32 << 20)
+	if err := os.WriteFile(p, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- setChain(p, "zstd") }()
+	for i := 0; ; i++ {
+		if ents, _ := os.ReadDir(filepath.Join(d, chains.TmpDir)); len(ents) > 0 {
+			break
+		}
+		if i == 5000 {
+			t.Fatal("no conversion under way")
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("WRITTEN DURING THE CONVERSION"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	copy(want, "WRITTEN DURING THE CONVERSION")
+	err = <-done
+	if err != nil && err != unix.EBUSY {
+		t.Fatalf("conversion: %v", err)
+	}
+	got, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("after the conversion (%v): the file starts %q, want %q", err, got[:29], want[:29])
+	}
 }
