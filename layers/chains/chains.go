@@ -914,7 +914,8 @@ func (fs *FS) convert(ctx context.Context, p string, names []string) error {
 		return syscall.EBUSY
 	}
 	self := layer.AsSelf(ctx)
-	src, err := fs.openSource(self, p, a.ID(), oldNames, oc)
+	// a again, now that the writers are gone: what the copy starts from.
+	src, a, err := fs.openSource(self, p, a.ID(), oldNames, oc)
 	if err != nil {
 		return err
 	}
@@ -928,11 +929,17 @@ func (fs *FS) convert(ctx context.Context, p string, names []string) error {
 		fs.Lower.Unlink(self, tmp)
 		return err
 	}
+	// The copy is the file only if nothing changed it meanwhile (a write,
+	// an xattr or a mode: its ctime) and no one has it open to write
+	// (opens wait for the lock).
 	fs.swap.Lock()
-	if b, err := fs.Lower.Getattr(self, p); err != nil || b.ID() != a.ID() {
+	fs.mu.Lock()
+	writing := fs.writers[a.ID()] > 0
+	fs.mu.Unlock()
+	if b, err := fs.Lower.Getattr(self, p); err != nil || b.ID() != a.ID() || b.Ctime != a.Ctime || writing {
 		fs.swap.Unlock()
 		fs.Lower.Unlink(self, tmp)
-		fs.log.Warn("chains: file replaced during its conversion, not converted", "path", p)
+		fs.log.Warn("chains: file replaced, changed or opened for writing during its conversion, not converted", "path", p)
 		return syscall.EBUSY
 	}
 	err = fs.Lower.Rename(self, tmp, p, 0)
@@ -951,27 +958,31 @@ func (fs *FS) convert(ctx context.Context, p string, names []string) error {
 }
 
 // openSource opens the file id at p, read through oc, its chain of
-// names, for a conversion: EBUSY if p names another file now, or one with
-// another chain (renamed or replaced since the conversion looked at it).
-func (fs *FS) openSource(ctx context.Context, p string, id layer.ID, names []string, oc *chain) (layer.File, error) {
+// names, for a conversion, and gives its lower attributes: EBUSY if p
+// names another file now, or one with another chain (renamed or replaced
+// since the conversion looked at it).
+func (fs *FS) openSource(ctx context.Context, p string, id layer.ID, names []string, oc *chain) (layer.File, layer.Attr, error) {
 	fs.swap.RLock()
 	defer fs.swap.RUnlock()
 	a, err := fs.Lower.Getattr(ctx, p)
 	if err != nil {
-		return nil, err
+		return nil, a, err
 	}
 	now, l, err := fs.readRecord(ctx, p)
 	if err != nil {
-		return nil, err
+		return nil, a, err
 	}
 	if a.ID() != id || l != nil || strings.Join(now, ",") != strings.Join(names, ",") {
 		fs.log.Warn("chains: file replaced during its conversion, not converted", "path", p)
-		return nil, syscall.EBUSY
+		return nil, a, syscall.EBUSY
 	}
+	var f layer.File
 	if oc == nil {
-		return fs.Lower.Open(ctx, p, unix.O_RDONLY|unix.O_NOFOLLOW)
+		f, err = fs.Lower.Open(ctx, p, unix.O_RDONLY|unix.O_NOFOLLOW)
+	} else {
+		f, err = oc.ts[0].Open(ctx, p, p, unix.O_RDONLY)
 	}
-	return oc.ts[0].Open(ctx, p, p, unix.O_RDONLY)
+	return f, a, err
 }
 
 // writeConverted writes tmp: the bytes of src (p's file, read through its

@@ -220,7 +220,7 @@ type linkKey struct {
 
 // view makes the bytes the link at p presents, and gives the bytes of
 // the budget they hold (giveView when done with them; on error, nothing is
-// held).
+// held); fs.swap is held.
 func (fs *FS) view(ctx context.Context, p string, l *link) (out []byte, held int64, err error) {
 	defer func() {
 		if err != nil {
@@ -259,7 +259,10 @@ func (fs *FS) view(ctx context.Context, p string, l *link) (out []byte, held int
 			}
 		}
 		if err == nil {
-			f, err = fs.Open(ctx, t, unix.O_RDONLY)
+			// fs.open: the caller (an open or a stat of the link)
+			// holds fs.swap for reading, and a second read lock would
+			// wait behind a rename waiting for the write lock.
+			f, err = fs.open(ctx, t, unix.O_RDONLY)
 		}
 	}
 	if err != nil {
