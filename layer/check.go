@@ -31,7 +31,7 @@ func (e *InUseError) Error() string {
 	if e.Dir != "" {
 		where = " in " + e.Dir
 	}
-	return fmt.Sprintf("the files of the %s layer%s are in use by another cairn process (a mount of this stack, or an fsck): unmount it first ('cairn umount MOUNTPOINT')", e.Layer, where)
+	return fmt.Sprintf("the files of the %s layer%s are in use by another cairn process (a mount of this stack or an fsck, here or on another client of the same network file system): unmount it first ('cairn umount MOUNTPOINT')", e.Layer, where)
 }
 
 // ClaimStack claims every Claimer of the stack under top, bottom first.
@@ -49,8 +49,37 @@ func ClaimStack(ctx context.Context, top FS) error {
 // of lower, held until release is called, for a Claimer. A lower whose
 // root gives no descriptor (a layer that changes data) is not locked:
 // release is then a no-op. name names the layer in an *InUseError.
+//
+// A directory's flock is the kernel's own, seen by the processes of this
+// machine only, even on a network file system's FUSE client (Linux passes
+// the flocks and POSIX locks of regular files to a FUSE file system, not
+// those of directories): LockLowerFile also locks a regular file, which
+// other clients of a GlusterFS volume see.
 func LockLower(ctx context.Context, lower FS, name string) (release func(), err error) {
-	d, err := lower.Open(ctx, "", unix.O_RDONLY|unix.O_DIRECTORY)
+	return LockLowerFile(ctx, lower, name, "")
+}
+
+// LockLowerFile is LockLower that also takes an exclusive flock on the
+// regular file file of lower's root (if not ""), a file the layer keeps
+// there anyway (crypt's configuration): the claim that two clients of a
+// network file system see (docs/distributed.md). A missing file is not
+// locked.
+func LockLowerFile(ctx context.Context, lower FS, name, file string) (release func(), err error) {
+	unlock, err := lockFd(ctx, lower, "", unix.O_RDONLY|unix.O_DIRECTORY, name)
+	if err != nil || file == "" {
+		return unlock, err
+	}
+	unlockFile, err := lockFd(ctx, lower, file, unix.O_RDONLY, name)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	return func() { unlockFile(); unlock() }, nil
+}
+
+// lockFd takes an exclusive flock on path of lower (opened with flags).
+func lockFd(ctx context.Context, lower FS, path string, flags int, name string) (release func(), err error) {
+	d, err := lower.Open(ctx, path, flags)
 	if err != nil {
 		return func() {}, nil
 	}

@@ -57,7 +57,9 @@ func (fs *FS) Claim(ctx context.Context) error {
 	if claimed {
 		return nil
 	}
-	release, err := layer.LockLower(ctx, fs.Lower, "crypt")
+	// The configuration file too: the lock other clients of a network
+	// file system see (a directory's flock is this machine's only).
+	release, err := layer.LockLowerFile(ctx, fs.Lower, "crypt", ConfigName)
 	if err != nil {
 		return err
 	}
