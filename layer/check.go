@@ -31,7 +31,25 @@ func (e *InUseError) Error() string {
 	if e.Dir != "" {
 		where = " in " + e.Dir
 	}
-	return fmt.Sprintf("the files of the %s layer%s are in use by another cairn process (a mount of this stack or an fsck, here or on another client of the same network file system): unmount it first ('cairn umount MOUNTPOINT')", e.Layer, where)
+	return fmt.Sprintf("the files of the %s layer%s are in use by another cairn process (a mount of this stack or an fsck, here or on another client of the same network file system; only mounts with -shared share it): unmount it first ('cairn umount MOUNTPOINT')", e.Layer, where)
+}
+
+type sharedClaimKey struct{}
+
+// WithSharedClaim marks a claim (ClaimStack) as shared: `cairn mount
+// -shared`, for a lower that several machines mount (docs/distributed.md).
+// The layers that hold close-to-open consistency between processes that
+// serve the same lower (crypt, the codecs) then claim it shared, and
+// coexist with other shared claims only; the others claim it exclusively
+// as always.
+func WithSharedClaim(ctx context.Context) context.Context {
+	return context.WithValue(ctx, sharedClaimKey{}, true)
+}
+
+// SharedClaim reports whether ctx asks for a shared claim (WithSharedClaim).
+func SharedClaim(ctx context.Context) bool {
+	v, _ := ctx.Value(sharedClaimKey{}).(bool)
+	return v
 }
 
 // ClaimStack claims every Claimer of the stack under top, bottom first.
@@ -65,11 +83,24 @@ func LockLower(ctx context.Context, lower FS, name string) (release func(), err 
 // network file system see (docs/distributed.md). A missing file is not
 // locked.
 func LockLowerFile(ctx context.Context, lower FS, name, file string) (release func(), err error) {
-	unlock, err := lockFd(ctx, lower, "", unix.O_RDONLY|unix.O_DIRECTORY, name)
+	return LockLowerShared(ctx, lower, name, file, false)
+}
+
+// LockLowerShared is LockLowerFile with shared locks (flock's LOCK_SH) if
+// shared: the claim of a layer that may serve its lower together with
+// other processes that claim it shared (mounts with -shared on several
+// clients of a network file system: SharedClaim), and with none that
+// claims it exclusively.
+func LockLowerShared(ctx context.Context, lower FS, name, file string, shared bool) (release func(), err error) {
+	how := unix.LOCK_EX
+	if shared {
+		how = unix.LOCK_SH
+	}
+	unlock, err := lockFd(ctx, lower, "", unix.O_RDONLY|unix.O_DIRECTORY, name, how)
 	if err != nil || file == "" {
 		return unlock, err
 	}
-	unlockFile, err := lockFd(ctx, lower, file, unix.O_RDONLY, name)
+	unlockFile, err := lockFd(ctx, lower, file, unix.O_RDONLY, name, how)
 	if err != nil {
 		unlock()
 		return nil, err
@@ -77,8 +108,9 @@ func LockLowerFile(ctx context.Context, lower FS, name, file string) (release fu
 	return func() { unlockFile(); unlock() }, nil
 }
 
-// lockFd takes an exclusive flock on path of lower (opened with flags).
-func lockFd(ctx context.Context, lower FS, path string, flags int, name string) (release func(), err error) {
+// lockFd takes a flock (how: LOCK_EX or LOCK_SH) on path of lower (opened
+// with flags).
+func lockFd(ctx context.Context, lower FS, path string, flags int, name string, how int) (release func(), err error) {
 	d, err := lower.Open(ctx, path, flags)
 	if err != nil {
 		return func() {}, nil
@@ -88,7 +120,7 @@ func lockFd(ctx context.Context, lower FS, path string, flags int, name string) 
 		d.Release(ctx)
 		return func() {}, nil
 	}
-	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := unix.Flock(fd, how|unix.LOCK_NB); err != nil {
 		unix.Close(fd)
 		d.Release(ctx)
 		if err == unix.EWOULDBLOCK {

@@ -119,7 +119,9 @@ mnt() {
 
 umnt() {
 	local m=$1
-	mountpoint -q "$m" || return 0
+	# The mount table, not mountpoint(1): a client whose server is gone
+	# answers stat with ENOTCONN, and is still to be unmounted.
+	findmnt -n --mountpoint "$m" > /dev/null || return 0
 	for _ in $(seq 50); do
 		umount "$m" 2> /dev/null && return
 		sleep 0.1
@@ -175,7 +177,14 @@ kill-bricks)
 	;;
 start-bricks)
 	[ $# -ge 3 ] || die "usage: start-bricks DIR VOL"
-	out=$(gl volume start "$3" force 2>&1) || die "volume start $3 force: $out"
+	# glusterd may not have noticed the bricks' death yet, and then a
+	# start does nothing: again until every brick is online.
+	for _ in $(seq 60); do
+		out=$(gl volume start "$3" force 2>&1) || die "volume start $3 force: $out"
+		gl volume status "$3" detail | awk '/^Online/ {n++; if ($NF != "Y") bad=1} END {exit bad || !n}' && exit 0
+		sleep 0.5
+	done
+	die "the bricks of $3 did not come back (see /var/log/glusterfs/bricks/): $(gl volume status "$3" 2>&1; tail -5 "$D/log/glusterd.log")"
 	;;
 stop) stop ;;
 *) die "unknown command $cmd" ;;

@@ -109,7 +109,7 @@ func start(t testing.TB) (dir, script string) {
 // change: no kernel caching of names, attributes or missing names (the
 // client's defaults keep names and attributes 1 s, so that another client's
 // append is not seen by a read at once: docs/distributed.md).
-var Shared = []string{"--entry-timeout=0", "--attribute-timeout=0", "--negative-timeout=0"}
+var Shared = []string{"--entry-timeout=0", "--attribute-timeout=0", "--negative-timeout=0", "--fopen-keep-cache=off"}
 
 // Mount mounts volume vol ("one" or "two") with a new glusterfs FUSE client
 // on a new directory and returns it; the client is unmounted when the test

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"cairnfs.dev/cairn/internal/glustertest"
@@ -28,6 +29,8 @@ func twoSpecs(t *testing.T, kind, a, b, sub string) (specA, specB string) {
 	spec := func(root string) string {
 		s := "mount = \"top\"\n[layer.base]\ntype = \"local\"\npath = " + strconv.Quote(filepath.Join(root, sub)) + "\n[layer.top]\n"
 		switch kind {
+		case "null":
+			return s + "type = \"null\"\nover = \"base\"\n"
 		case "crypt":
 			return s + "type = \"crypt\"\nover = \"base\"\npassfile = " + strconv.Quote(pf) + "\n"
 		default:
@@ -76,8 +79,23 @@ func TestClaimAcrossClients(t *testing.T) {
 			if !bytes.Contains([]byte(out), []byte("in use by another cairn process")) {
 				t.Fatalf("the second mount failed, but not with the claim's message: %s", out)
 			}
-			// Hand-over: once a unmounts, b mounts and reads every byte.
+			// Mounts with -shared share the volume with each other, never
+			// with one without it.
 			pa.Unmount()
+			ps := mounttest.MountSpec(t, specA, "-shared")
+			if out, code := mounttest.Run(t, "mount", sp, mnt); code == 0 || !strings.Contains(out, "only mounts with -shared share it") {
+				if code == 0 {
+					mounttest.Run(t, "umount", mnt)
+				}
+				t.Fatalf("a mount without -shared through another client, while a -shared one runs: exit %d: %s", code, out)
+			}
+			pss := mounttest.MountSpec(t, specB, "-shared")
+			if got, err := os.ReadFile(pss.Path("f")); err != nil || string(got) != "written through client a" {
+				t.Fatalf("the second -shared mount reads %q, %v", got, err)
+			}
+			pss.Unmount()
+			ps.Unmount()
+			// Hand-over: once a unmounts, b mounts and reads every byte.
 			pb := mounttest.MountSpec(t, specB)
 			got, err := os.ReadFile(pb.Path("f"))
 			if err != nil || string(got) != "written through client a" {

@@ -27,10 +27,15 @@ func (fs *FS) Claim(ctx context.Context) error {
 	if claimed {
 		return nil
 	}
-	release, err := layer.LockLower(ctx, fs.Lower, fs.e.kind.Name)
+	// Shared with other shared claims (cairn mount -shared): a closed
+	// file's state in memory is dropped when the lower file changed
+	// (dropStale), so that mounts that take turns read what the other
+	// wrote.
+	release, err := layer.LockLowerShared(ctx, fs.Lower, fs.e.kind.Name, "", layer.SharedClaim(ctx))
 	if err != nil {
 		return err
 	}
+	fs.e.shared = layer.SharedClaim(ctx) // before any file is served
 	fs.rmu.Lock()
 	fs.release = release // the lock lives until Close calls it
 	fs.rmu.Unlock()

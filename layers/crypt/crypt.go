@@ -59,7 +59,14 @@ func (fs *FS) Claim(ctx context.Context) error {
 	}
 	// The configuration file too: the lock other clients of a network
 	// file system see (a directory's flock is this machine's only).
-	release, err := layer.LockLowerFile(ctx, fs.Lower, "crypt", ConfigName)
+	// Shared with other shared claims (cairn mount -shared): files'
+	// sizes and bytes come from the lower at each open and a file's
+	// journal lives only while it is open, so that mounts that take turns
+	// on files (close, then open elsewhere) read what the other wrote.
+	// The name cache keeps directories' IVs by path: another mount's
+	// rename or re-creation of a directory is not seen
+	// (docs/distributed.md).
+	release, err := layer.LockLowerShared(ctx, fs.Lower, "crypt", ConfigName, layer.SharedClaim(ctx))
 	if err != nil {
 		return err
 	}
