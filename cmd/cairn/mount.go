@@ -79,7 +79,7 @@ func runMount(args []string) int {
 	fl.StringVar(&m.passfile, "passfile", "", "the passphrase of every crypt layer, from the first line of this file (instead of the spec's passfile or extpass)")
 	fl.StringVar(&m.extpass, "extpass", "", "the passphrase of every crypt layer, from the first line of this command's output (sh -c)")
 	fl.BoolVar(&m.nonempty, "nonempty", false, "mount over a directory that holds files (hidden while mounted; refused otherwise)")
-	fl.StringVar(&m.options, "o", "", "mount options, comma-separated, as mount(8) takes them: allow_other, default_permissions, fsname=NAME, nonempty,\n"+
+	fl.StringVar(&m.options, "o", "", "mount options, comma-separated, as mount(8) takes them: allow_other, default_permissions, fsname=NAME, nonempty, shared,\n"+
 		"and "+strings.Join(fusefs.MountFlagNames(), ", ")+" (default nodev,nosuid; dev and suid need root);\n"+
 		"relatime (the default), noatime, strictatime and nodiratime decide when reads change the atimes of the lower's files,\n"+
 		"as on ext4, whatever the lower's own options (over a lower mounted with others they need root; see docs/posix.md);\n"+
@@ -358,6 +358,8 @@ func (m *mountFlags) parseOptions() error {
 			m.allowOther = true
 		case o == "nonempty":
 			m.nonempty = true
+		case o == "shared": // -shared, for fstab
+			m.shared = true
 		case o == "default_permissions":
 			// The kernel checks permissions whenever other users may
 			// come in (allow_other); a private mount leaves them to the
@@ -376,7 +378,7 @@ func (m *mountFlags) parseOptions() error {
 			// fstab's, for mount(8) and systemd, not for the file system.
 		default:
 			if _, err := fusefs.ParseMountFlags([]string{o}); err != nil {
-				return fmt.Errorf("-o: %w; and allow_other, default_permissions, fsname=NAME, nonempty", err)
+				return fmt.Errorf("-o: %w; and allow_other, default_permissions, fsname=NAME, nonempty, shared", err)
 			}
 			m.vfs = append(m.vfs, o)
 		}

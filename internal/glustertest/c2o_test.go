@@ -156,9 +156,8 @@ func TestCloseToOpen(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			sub := fmt.Sprintf("c2o-%s-%d", kind, rand.Uint32())
 			specA, specB := twoSpecs(t, kind, a, b, sub)
-			nocache := []string{"-shared"}
-			pa := mounttest.MountSpec(t, specA, nocache...)
-			pb := mounttest.MountSpec(t, specB, nocache...)
+			pa := mounttest.MountSpec(t, specA, "-shared")
+			pb := mounttest.MountSpec(t, specB, "-o", "shared") // fstab's way
 			closeToOpen(t, pa.Dir, pb.Dir, 200)
 		})
 	}
