@@ -50,15 +50,14 @@ func twoSpecs(t *testing.T, kind, a, b, sub string) (specA, specB string) {
 	return specA, specB
 }
 
-// TestClaimAcrossClients: a crypt stack keeps state of its lower's files in
-// memory (layer.Claimer), so a second `cairn mount` of the same stack is
-// refused: also from another GlusterFS client of the volume (as from
-// another machine), whose lock of the volume's configuration file reaches
-// the brick. (A codec stack's claim is its lower directory's flock, which
-// other clients do not see: docs/distributed.md.)
+// TestClaimAcrossClients: a crypt or zstd stack keeps state of its lower's
+// files in memory (layer.Claimer), so a second `cairn mount` of the same
+// stack is refused: also from another GlusterFS client of the volume (as
+// from another machine), whose lock of a regular file of the lower root
+// (crypt's configuration, the codec's lock file) reaches the brick.
 func TestClaimAcrossClients(t *testing.T) {
 	a, b := glustertest.Mount(t, "one"), glustertest.Mount(t, "one")
-	for _, kind := range []string{"crypt"} {
+	for _, kind := range []string{"crypt", "zstd"} {
 		t.Run(kind, func(t *testing.T) {
 			sub := fmt.Sprintf("claim-%s-%d", kind, rand.Uint32())
 			specA, specB := twoSpecs(t, kind, a, b, sub)
@@ -100,6 +99,10 @@ func TestClaimAcrossClients(t *testing.T) {
 			got, err := os.ReadFile(pb.Path("f"))
 			if err != nil || string(got) != "written through client a" {
 				t.Fatalf("after the hand-over, b reads %q, %v", got, err)
+			}
+			// The claim's lock file is not shown.
+			if ents, err := os.ReadDir(pb.Dir); err != nil || len(ents) != 1 || ents[0].Name() != "f" {
+				t.Fatalf("the stack's root holds %v (%v), want only f", ents, err)
 			}
 		})
 	}
