@@ -309,10 +309,15 @@ func (fs *Engine) put(ctx context.Context, st *state) error {
 	// (Flush: stampOK) is not written again either: another client may
 	// have opened the file since close returned, and a compaction or a
 	// checkpoint now would change the lower under it.
-	if st.chunks != nil && !stale && !(fs.shared && st.stampOK) {
-		err = st.sync(ctx, false, true)
-		if err == nil {
-			st.restamp(ctx)
+	if st.chunks != nil && stale && len(st.dirty) > 0 {
+		fs.log().Warn("codec: another machine changed the file while it was open here: what was written to it here since may be lost (two writers of one file are not supported)", "path", st.path)
+	}
+	if st.chunks != nil {
+		if !stale && !(fs.shared && st.stampOK) {
+			err = st.sync(ctx, false, true)
+			if err == nil {
+				st.restamp(ctx)
+			}
 		}
 		// An idle file keeps only its last chunk decoded (an append's).
 		last := (st.size - 1) / st.cs
