@@ -34,6 +34,23 @@ func (e *InUseError) Error() string {
 	return fmt.Sprintf("the files of the %s layer%s are in use by another cairn process (a mount of this stack or an fsck, here or on another client of the same network file system; only mounts with -shared share it): unmount it first ('cairn umount MOUNTPOINT')", e.Layer, where)
 }
 
+// Sharer is an optional interface of FS: a layer that caches what other
+// machines may change when its lowers are shared with them (a network
+// file system that several machines mount: cairn mount -shared). Share,
+// called before the stack serves, makes it stop (ShareStack).
+type Sharer interface {
+	Share()
+}
+
+// ShareStack calls Share on every Sharer of the stack under top.
+func ShareStack(top FS) {
+	Walk(top, func(l FS) {
+		if s, ok := l.(Sharer); ok {
+			s.Share()
+		}
+	})
+}
+
 type sharedClaimKey struct{}
 
 // WithSharedClaim marks a claim (ClaimStack) as shared: `cairn mount

@@ -220,6 +220,7 @@ Flags:
 	cctx := context.Background()
 	if m.shared {
 		cctx = layer.WithSharedClaim(cctx)
+		layer.ShareStack(stack.Top) // caches of what other machines change: off
 	}
 	if err := layer.ClaimStack(cctx, stack.Top); err != nil {
 		report("mount: " + err.Error())

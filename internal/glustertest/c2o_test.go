@@ -173,3 +173,56 @@ func TestCloseToOpenRaw(t *testing.T) {
 	os.Mkdir(filepath.Join(a, sub), 0o755)
 	closeToOpen(t, filepath.Join(a, sub), filepath.Join(b, sub), 200)
 }
+
+// TestSharedDirs: directories that one machine renames, or removes and
+// makes again, are seen as they are now by the other (crypt's directory
+// IVs, which encrypt the names in them, change with them), with -shared.
+func TestSharedDirs(t *testing.T) {
+	a, b := glustertest.Mount(t, "one", glustertest.Shared...), glustertest.Mount(t, "one", glustertest.Shared...)
+	for _, kind := range []string{"crypt", "zstd"} {
+		t.Run(kind, func(t *testing.T) {
+			sub := fmt.Sprintf("dirs-%s-%d", kind, rand.Uint32())
+			specA, specB := twoSpecs(t, kind, a, b, sub)
+			pa := mounttest.MountSpec(t, specA, "-shared")
+			pb := mounttest.MountSpec(t, specB, "-shared")
+			write := func(p, s string) {
+				t.Helper()
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			read := func(p, want string) {
+				t.Helper()
+				got, err := os.ReadFile(p)
+				if err != nil || string(got) != want {
+					t.Fatalf("%s: %q, %v; want %q", p, got, err, want)
+				}
+			}
+			write(pa.Path("x/y/f"), "one")
+			read(pb.Path("x/y/f"), "one")
+			// a removes x and makes it again: new directories.
+			if err := os.RemoveAll(pa.Path("x")); err != nil {
+				t.Fatal(err)
+			}
+			write(pa.Path("x/y/f"), "two")
+			read(pb.Path("x/y/f"), "two")
+			// b renames them; a reads through the new names.
+			if err := os.Rename(pb.Path("x"), pb.Path("z")); err != nil {
+				t.Fatal(err)
+			}
+			read(pa.Path("z/y/f"), "two")
+			if _, err := os.Stat(pa.Path("x")); !os.IsNotExist(err) {
+				t.Fatalf("x after b renamed it: %v", err)
+			}
+			write(pb.Path("x/f"), "three") // a new x, by b
+			read(pa.Path("x/f"), "three")
+			ents, err := os.ReadDir(pa.Path("z/y"))
+			if err != nil || len(ents) != 1 || ents[0].Name() != "f" {
+				t.Fatalf("z/y through a: %v, %v", ents, err)
+			}
+		})
+	}
+}
