@@ -14,7 +14,9 @@ need_root
 
 echo "== installing packages (apt)"
 export DEBIAN_FRONTEND=noninteractive
-pkgs="fuse3 attr acl libcap2-bin xfsprogs python3 ca-certificates curl unzip xz-utils gcc make"
+# glusterfs-server, glusterfs-client: the GlusterFS lower of internal/glustertest (test/gluster.sh;
+# docs/distributed.md); iproute2 (ip) and util-linux (unshare, nsenter) for its network namespace.
+pkgs="fuse3 attr acl libcap2-bin xfsprogs python3 ca-certificates curl unzip xz-utils gcc make glusterfs-server glusterfs-client iproute2 util-linux"
 missing=""
 for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

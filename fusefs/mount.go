@@ -35,6 +35,16 @@ type Options struct {
 	EntryTimeout, AttrTimeout, NegativeTimeout time.Duration
 	// NoPassthrough disables FUSE passthrough even where it is safe.
 	NoPassthrough bool
+	// Shared says that the lowers are shared with other machines (a
+	// network file system that other clients change, docs/distributed.md):
+	// the kernel keeps no names, attributes or missing names (the
+	// timeouts default to 0 instead of 1 s or 24 h; ones set explicitly
+	// stay), no directory listings, and no file's pages from one open to
+	// the next, so that an open after another client's close sees its
+	// bytes (close-to-open). It costs a round trip to the daemon, and
+	// through it to the network file system, for every lookup and stat,
+	// and a read of the file's bytes again after every open.
+	Shared bool
 	// NoXattr answers every xattr request with ENOSYS, after which the
 	// kernel stops sending them: a round trip less per write, two less per
 	// file of `ls -l`.
@@ -194,7 +204,8 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 	exclusive := layer.IsExclusive(top)
 	st := &state{
 		top:           top,
-		cacheDirs:     exclusive && o.AttrTimeout == 0,
+		cacheDirs:     exclusive && o.AttrTimeout == 0 && !o.Shared,
+		shared:        o.Shared,
 		passthrough:   !o.NoPassthrough,
 		fscaps:        layer.FSCapsOf(top),
 		finds:         layer.CanFind(top),
@@ -312,6 +323,9 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 	entry, attr, negative := DefaultEntryTimeout, DefaultAttrTimeout, DefaultNegativeTimeout
 	if exclusive {
 		entry, attr, negative = ExclusiveTimeout, ExclusiveTimeout, ExclusiveTimeout
+	}
+	if o.Shared {
+		entry, attr, negative = 0, 0, 0
 	}
 	opts := &fs.Options{
 		MountOptions:    mopts,

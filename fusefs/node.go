@@ -33,6 +33,7 @@ type state struct {
 	finds         bool  // the stack finds objects by identity (layer.CanFind): file handles work
 	xattrReplaces bool  // a layer may replace an object on an xattr change (layer.ReplacesOnXattr)
 	cacheDirs     bool  // the kernel keeps directory listings (see Options.AttrTimeout)
+	shared        bool  // Options.Shared: no page cache kept across opens either
 	known         known // what finding them needs (see handles.go)
 	// Passthrough (passthrough.go).
 	srv      *fuse.Server
@@ -208,8 +209,13 @@ func (st *state) errno(op, path string, err error) syscall.Errno {
 		return 0
 	}
 	e := layer.Errno(err)
-	if e == syscall.EIO {
+	switch e {
+	case syscall.EIO:
 		st.log.Error("I/O error", "op", op, "path", path, "err", err)
+	case syscall.ENOTCONN:
+		// A network file system's lower lost its server (a GlusterFS
+		// brick died): the cause, where the administrator looks.
+		st.log.Error("the lower is not connected", "op", op, "path", path, "err", err)
 	}
 	return e
 }
@@ -481,7 +487,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 func (st *state) openFlags(f layer.File) uint32 {
 	c := f.Caps()
 	var flags uint32
-	if c&layer.CapKeepCache != 0 && !st.passes(c) {
+	if c&layer.CapKeepCache != 0 && !st.passes(c) && !st.shared {
 		flags |= fuse.FOPEN_KEEP_CACHE
 	}
 	if c&layer.CapDirectIO != 0 {

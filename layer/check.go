@@ -31,7 +31,42 @@ func (e *InUseError) Error() string {
 	if e.Dir != "" {
 		where = " in " + e.Dir
 	}
-	return fmt.Sprintf("the files of the %s layer%s are in use by another cairn process (a mount of this stack, or an fsck): unmount it first ('cairn umount MOUNTPOINT')", e.Layer, where)
+	return fmt.Sprintf("the files of the %s layer%s are in use by another cairn process (a mount of this stack or an fsck, here or on another client of the same network file system; only mounts with -shared share it): unmount it first ('cairn umount MOUNTPOINT')", e.Layer, where)
+}
+
+// Sharer is an optional interface of FS: a layer that caches what other
+// machines may change when its lowers are shared with them (a network
+// file system that several machines mount: cairn mount -shared). Share,
+// called before the stack serves, makes it stop (ShareStack).
+type Sharer interface {
+	Share()
+}
+
+// ShareStack calls Share on every Sharer of the stack under top.
+func ShareStack(top FS) {
+	Walk(top, func(l FS) {
+		if s, ok := l.(Sharer); ok {
+			s.Share()
+		}
+	})
+}
+
+type sharedClaimKey struct{}
+
+// WithSharedClaim marks a claim (ClaimStack) as shared: `cairn mount
+// -shared`, for a lower that several machines mount (docs/distributed.md).
+// The layers that hold close-to-open consistency between processes that
+// serve the same lower (crypt, the codecs) then claim it shared, and
+// coexist with other shared claims only; the others claim it exclusively
+// as always.
+func WithSharedClaim(ctx context.Context) context.Context {
+	return context.WithValue(ctx, sharedClaimKey{}, true)
+}
+
+// SharedClaim reports whether ctx asks for a shared claim (WithSharedClaim).
+func SharedClaim(ctx context.Context) bool {
+	v, _ := ctx.Value(sharedClaimKey{}).(bool)
+	return v
 }
 
 // ClaimStack claims every Claimer of the stack under top, bottom first.
@@ -49,8 +84,51 @@ func ClaimStack(ctx context.Context, top FS) error {
 // of lower, held until release is called, for a Claimer. A lower whose
 // root gives no descriptor (a layer that changes data) is not locked:
 // release is then a no-op. name names the layer in an *InUseError.
+//
+// A directory's flock is the kernel's own, seen by the processes of this
+// machine only, even on a network file system's FUSE client (Linux passes
+// the flocks and POSIX locks of regular files to a FUSE file system, not
+// those of directories): LockLowerFile also locks a regular file, which
+// other clients of a GlusterFS volume see.
 func LockLower(ctx context.Context, lower FS, name string) (release func(), err error) {
-	d, err := lower.Open(ctx, "", unix.O_RDONLY|unix.O_DIRECTORY)
+	return LockLowerFile(ctx, lower, name, "")
+}
+
+// LockLowerFile is LockLower that also takes an exclusive flock on the
+// regular file file of lower's root (if not ""), a file the layer keeps
+// there anyway (crypt's configuration): the claim that two clients of a
+// network file system see (docs/distributed.md). A missing file is not
+// locked.
+func LockLowerFile(ctx context.Context, lower FS, name, file string) (release func(), err error) {
+	return LockLowerShared(ctx, lower, name, file, false)
+}
+
+// LockLowerShared is LockLowerFile with shared locks (flock's LOCK_SH) if
+// shared: the claim of a layer that may serve its lower together with
+// other processes that claim it shared (mounts with -shared on several
+// clients of a network file system: SharedClaim), and with none that
+// claims it exclusively.
+func LockLowerShared(ctx context.Context, lower FS, name, file string, shared bool) (release func(), err error) {
+	how := unix.LOCK_EX
+	if shared {
+		how = unix.LOCK_SH
+	}
+	unlock, err := lockFd(ctx, lower, "", unix.O_RDONLY|unix.O_DIRECTORY, name, how)
+	if err != nil || file == "" {
+		return unlock, err
+	}
+	unlockFile, err := lockFd(ctx, lower, file, unix.O_RDONLY, name, how)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	return func() { unlockFile(); unlock() }, nil
+}
+
+// lockFd takes a flock (how: LOCK_EX or LOCK_SH) on path of lower (opened
+// with flags).
+func lockFd(ctx context.Context, lower FS, path string, flags int, name string, how int) (release func(), err error) {
+	d, err := lower.Open(ctx, path, flags)
 	if err != nil {
 		return func() {}, nil
 	}
@@ -59,7 +137,7 @@ func LockLower(ctx context.Context, lower FS, name string) (release func(), err 
 		d.Release(ctx)
 		return func() {}, nil
 	}
-	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := unix.Flock(fd, how|unix.LOCK_NB); err != nil {
 		unix.Close(fd)
 		d.Release(ctx)
 		if err == unix.EWOULDBLOCK {

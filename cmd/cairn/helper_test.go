@@ -167,7 +167,7 @@ func TestPassphrases(t *testing.T) {
 		{"", []string{"fsck", "--extpass", "cat " + good, spec}, 0, "nothing to check"},
 		{"right horse\n", []string{"mount", spec, mnt}, 0, ""},
 		{"", []string{"passwd", "--passfile", good, "--new-passfile", good, spec}, 5,
-			"cairn: passwd: the files of the crypt layer in " + lower + " are in use by another cairn process (a mount of this stack, or an fsck): unmount it first ('cairn umount MOUNTPOINT')"},
+			"cairn: passwd: the files of the crypt layer in " + lower + " are in use by another cairn process (a mount of this stack or an fsck, here or on another client of the same network file system; only mounts with -shared share it): unmount it first ('cairn umount MOUNTPOINT')"},
 		{"", []string{"umount", mnt}, 0, ""},
 		{"", []string{"passwd", "--passfile", good, "--new-passfile", good, spec}, 0, `cairn: the passphrase of layer "crypt" is changed`},
 		// Both from standard input: the current one on the first line,
@@ -319,7 +319,7 @@ func TestSecondDaemonRefused(t *testing.T) {
 			t.Fatalf("%s: mount: exit %d: %s", typ, code, out)
 		}
 		out, code := cairn(t, append(args, spec, mnt2)...)
-		want := "cairn: the files of the " + typ + " layer in " + lower + " are in use by another cairn process (a mount of this stack, or an fsck): unmount it first ('cairn umount MOUNTPOINT')\n"
+		want := "cairn: the files of the " + typ + " layer in " + lower + " are in use by another cairn process (a mount of this stack or an fsck, here or on another client of the same network file system; only mounts with -shared share it): unmount it first ('cairn umount MOUNTPOINT')\n"
 		if code != 4 || out != want {
 			t.Errorf("%s: second mount: exit %d, %q; want exit 4 and %q", typ, code, out, want)
 		}

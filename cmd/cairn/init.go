@@ -311,7 +311,7 @@ Flags:
 	defer done()
 	// A mounted volume keeps its key in memory and is claimed by its
 	// daemon (crypt's Claim): refuse rather than change it underneath.
-	release, err := layer.LockLower(context.Background(), lower, l.Name)
+	release, err := layer.LockLowerFile(context.Background(), lower, l.Name, crypt.ConfigName)
 	if err != nil {
 		code := exitFailed
 		if errors.Is(err, layer.ErrInUse) {

@@ -47,6 +47,7 @@ type mountFlags struct {
 	allowOther    bool
 	debug         bool
 	noPassthrough bool
+	shared        bool
 	noXattr       bool
 	logLevel      string
 	logFile       string
@@ -67,6 +68,7 @@ func runMount(args []string) int {
 	fl.BoolVar(&m.allowOther, "allow-other", false, "let other users use the mount (the kernel checks permissions)")
 	fl.BoolVar(&m.debug, "debug", false, "log every FUSE request (very verbose)")
 	fl.BoolVar(&m.noPassthrough, "no-passthrough", false, "never hand files to the kernel (FUSE passthrough)")
+	fl.BoolVar(&m.shared, "shared", false, "the lowers are shared with other machines (a network file system): the kernel caches no names, attributes\nor pages across opens (timeouts not given are 0), so that an open sees what another client wrote and closed; costs\na round trip per lookup and stat, and a read again after every open (docs/distributed.md)")
 	fl.BoolVar(&m.noXattr, "no-xattr", false, "no extended attributes (fewer round trips; the spec's xattr = false)")
 	fl.StringVar(&m.logLevel, "log-level", "", "debug, info, warn or error (default: the spec's log_level, else info)")
 	fl.StringVar(&m.logFile, "log-file", "", "log to this file (JSON lines); default: standard error in the foreground, syslog in the background,\n"+
@@ -77,7 +79,7 @@ func runMount(args []string) int {
 	fl.StringVar(&m.passfile, "passfile", "", "the passphrase of every crypt layer, from the first line of this file (instead of the spec's passfile or extpass)")
 	fl.StringVar(&m.extpass, "extpass", "", "the passphrase of every crypt layer, from the first line of this command's output (sh -c)")
 	fl.BoolVar(&m.nonempty, "nonempty", false, "mount over a directory that holds files (hidden while mounted; refused otherwise)")
-	fl.StringVar(&m.options, "o", "", "mount options, comma-separated, as mount(8) takes them: allow_other, default_permissions, fsname=NAME, nonempty,\n"+
+	fl.StringVar(&m.options, "o", "", "mount options, comma-separated, as mount(8) takes them: allow_other, default_permissions, fsname=NAME, nonempty, shared,\n"+
 		"and "+strings.Join(fusefs.MountFlagNames(), ", ")+" (default nodev,nosuid; dev and suid need root);\n"+
 		"relatime (the default), noatime, strictatime and nodiratime decide when reads change the atimes of the lower's files,\n"+
 		"as on ext4, whatever the lower's own options (over a lower mounted with others they need root; see docs/posix.md);\n"+
@@ -212,8 +214,15 @@ Flags:
 	defer stack.Close()
 	// The files of size-changing layers are served by one engine at a
 	// time: a second mount of them, or an fsck, is refused while this
-	// one runs.
-	if err := layer.ClaimStack(context.Background(), stack.Top); err != nil {
+	// one runs. With -shared, crypt and the codecs are claimed shared:
+	// other -shared mounts of them (other clients of a network file
+	// system) are let in, a mount without it is not.
+	cctx := context.Background()
+	if m.shared {
+		cctx = layer.WithSharedClaim(cctx)
+		layer.ShareStack(stack.Top) // caches of what other machines change: off
+	}
+	if err := layer.ClaimStack(cctx, stack.Top); err != nil {
 		report("mount: " + err.Error())
 		return fail(err, exitMount)
 	}
@@ -223,6 +232,7 @@ Flags:
 		AttrTimeout:     pick(m.attr, s.AttrTimeout),
 		NegativeTimeout: pick(m.negative, s.NegativeTimeout),
 		NoPassthrough:   m.noPassthrough,
+		Shared:          m.shared,
 		NoXattr:         m.noXattr || s.NoXattr,
 		FsName:          m.source(specArg, s),
 		MountFlags:      m.vfs,
@@ -349,6 +359,8 @@ func (m *mountFlags) parseOptions() error {
 			m.allowOther = true
 		case o == "nonempty":
 			m.nonempty = true
+		case o == "shared": // -shared, for fstab
+			m.shared = true
 		case o == "default_permissions":
 			// The kernel checks permissions whenever other users may
 			// come in (allow_other); a private mount leaves them to the
@@ -367,7 +379,7 @@ func (m *mountFlags) parseOptions() error {
 			// fstab's, for mount(8) and systemd, not for the file system.
 		default:
 			if _, err := fusefs.ParseMountFlags([]string{o}); err != nil {
-				return fmt.Errorf("-o: %w; and allow_other, default_permissions, fsname=NAME, nonempty", err)
+				return fmt.Errorf("-o: %w; and allow_other, default_permissions, fsname=NAME, nonempty, shared", err)
 			}
 			m.vfs = append(m.vfs, o)
 		}

@@ -33,6 +33,9 @@ type TreeConfig struct {
 	Prepared bool
 	// NoExchange leaves RENAME_EXCHANGE out.
 	NoExchange bool
+	// NoRenameFlags leaves out every renameat2 flag (RENAME_NOREPLACE too):
+	// a lower that has none (GlusterFS's FUSE client answers EINVAL).
+	NoRenameFlags bool
 	// RenameEXDEV accepts EXDEV from a rename of a directory under test,
 	// which is then not done on the oracle either (mv copies instead):
 	// overlayfs's answer for a directory with lower parts.
@@ -177,7 +180,7 @@ func (w *treeWorker) step() string {
 		do = func(b string) string { return errText(unix.Rmdir(filepath.Join(b, p))) }
 	case op < 72:
 		flags := []uint{0, 0, unix.RENAME_NOREPLACE, unix.RENAME_EXCHANGE}[w.r.IntN(4)]
-		if w.c.NoExchange && flags == unix.RENAME_EXCHANGE {
+		if w.c.NoExchange && flags == unix.RENAME_EXCHANGE || w.c.NoRenameFlags {
 			flags = 0
 		}
 		mayEXDEV = w.c.RenameEXDEV

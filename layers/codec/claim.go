@@ -3,8 +3,19 @@ package codec
 import (
 	"context"
 
+	"golang.org/x/sys/unix"
+
 	"cairnfs.dev/cairn/layer"
 )
+
+// LockName is the file at the root of the lower that the claim locks (and
+// the layer hides): the lock that the other machines of a network file
+// system see (docs/distributed.md).
+const LockName = ".cairn-codec.lock"
+
+// Reserved hides the claim's lock file and the files of a conversion
+// under way (layer.Reserver).
+func (fs *Engine) Reserved(lp string) bool { return lp == LockName || fs.reservedConvert(lp) }
 
 // InUseError says that a codec layer's lower files are already served or
 // checked by another process: a mount of the same stack, or an fsck.
@@ -27,10 +38,22 @@ func (fs *FS) Claim(ctx context.Context) error {
 	if claimed {
 		return nil
 	}
-	release, err := layer.LockLower(ctx, fs.Lower, fs.e.kind.Name)
+	// The lock file: a regular file, whose lock other clients of a
+	// network file system see (the directory's flock is this machine's
+	// only); hidden above (Engine.Reserved). A lower that takes no new
+	// file (read-only) goes without.
+	if lf, _, err := fs.Lower.Create(ctx, LockName, unix.O_RDONLY, 0o600); err == nil {
+		lf.Release(ctx)
+	}
+	// Shared with other shared claims (cairn mount -shared): a closed
+	// file's state in memory is dropped when the lower file changed
+	// (dropStale), so that mounts that take turns read what the other
+	// wrote.
+	release, err := layer.LockLowerShared(ctx, fs.Lower, fs.e.kind.Name, LockName, layer.SharedClaim(ctx))
 	if err != nil {
 		return err
 	}
+	fs.e.shared = layer.SharedClaim(ctx) // before any file is served
 	fs.rmu.Lock()
 	fs.release = release // the lock lives until Close calls it
 	fs.rmu.Unlock()

@@ -76,6 +76,8 @@ func (fs *FS) Convert(ctx context.Context, toPlain bool, progress func(files, to
 				if err := walk(p); err != nil {
 					return err
 				}
+			case p == LockName:
+				// The claim's lock file (claim.go): the layer's own.
 			case e.Mode&unix.S_IFMT == unix.S_IFREG:
 				a, err := fs.Lower.Getattr(ctx, p)
 				if err != nil {

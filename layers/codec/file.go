@@ -114,7 +114,18 @@ func (f *File) Flush(ctx context.Context) error {
 	if s.ro {
 		return nil
 	}
-	return s.flushDirty(ctx)
+	if !s.fs.shared {
+		return s.flushDirty(ctx)
+	}
+	// A shared lower: after close(2) another client may open the file
+	// and stat it from its header, before this handle's release (which
+	// the kernel sends later) would have written it: write it now, and
+	// compact now if it is due, not after close returned.
+	err := s.sync(ctx, false, true)
+	if err == nil {
+		s.restamp(ctx)
+	}
+	return err
 }
 
 // Fsync makes everything written durable.
@@ -122,7 +133,11 @@ func (f *File) Fsync(ctx context.Context, datasync bool) error {
 	s := f.st
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.sync(ctx, true, true)
+	err := s.sync(ctx, true, true)
+	if err == nil {
+		s.restamp(ctx)
+	}
+	return err
 }
 
 func (f *File) Release(ctx context.Context) error {

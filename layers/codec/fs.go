@@ -50,6 +50,10 @@ type Engine struct {
 	foldDelay  time.Duration
 	salt       uint32
 	logger     *slog.Logger
+	// shared: the lower is shared with other machines (a claim with
+	// layer.SharedClaim, cairn mount -shared): a state is checked against
+	// its lower file when the file is opened or stat-ed (dropStale).
+	shared bool
 
 	mu     sync.Mutex
 	states map[layer.ID]*state // by lower identity (device, branch, inode)
@@ -216,10 +220,13 @@ func (fs *FS) Codec() string { return fs.e.kind.Name }
 // has it open. lf is a lower handle of path, opened read-write if possible;
 // it is kept or released.
 func (fs *Engine) acquire(ctx context.Context, path string, lf layer.File, ro bool) (*state, layer.File, error) {
-	id, err := identity(ctx, lf)
+	id, a, err := identity(ctx, lf)
 	if err != nil {
 		lf.Release(ctx)
 		return nil, nil, err
+	}
+	if a != nil {
+		fs.dropStale(ctx, id, a)
 	}
 	if want, ok := ctx.Value(expectID{}).(layer.ID); ok && id != want {
 		// path names another file than the caller's attributes did (a
@@ -269,6 +276,7 @@ func (fs *Engine) acquire(ctx context.Context, path string, lf layer.File, ro bo
 		fs.put(ctx, st)
 		return nil, nil, err
 	}
+	st.restamp(ctx)
 	st.mu.Unlock()
 	return st, nil, nil
 }
@@ -278,18 +286,58 @@ func (fs *Engine) acquire(ctx context.Context, path string, lf layer.File, ro bo
 // down the identity its state is keyed by, which it took from its own
 // lower file: through n links, an open stats the stored file once, not n
 // times (each through every link below).
-func identity(ctx context.Context, lf layer.File) (layer.ID, error) {
+// Its attributes come too, when it was stat-ed (nil for a chain's link).
+func identity(ctx context.Context, lf layer.File) (layer.ID, *layer.Attr, error) {
 	if f, ok := lf.(*File); ok {
-		return f.st.ino, nil
+		return f.st.ino, nil, nil
 	}
 	a, err := lf.Getattr(ctx)
 	if err != nil {
-		return layer.ID{}, err
+		return layer.ID{}, nil, err
 	}
 	if !a.IsRegular() {
-		return layer.ID{}, syscall.EINVAL
+		return layer.ID{}, nil, syscall.EINVAL
 	}
-	return a.ID(), nil
+	return a.ID(), &a, nil
+}
+
+// dropStale forgets the state of id if its lower file changed since the
+// engine last wrote or read it whole (a is the file's attributes now):
+// another client of a shared lower wrote it after this one closed it, and
+// the index in memory would read its old chunks. A state with data not yet
+// written is kept (two writers at once: not supported, docs/distributed.md).
+// A state still referenced (the kernel releases a closed file's handle
+// after close returns) lives on apart, released by its last put; the next
+// acquire loads the file again. Only for a shared lower.
+func (fs *Engine) dropStale(ctx context.Context, id layer.ID, a *layer.Attr) {
+	if !fs.shared {
+		return
+	}
+	fs.mu.Lock()
+	st := fs.states[id]
+	fs.mu.Unlock()
+	if st == nil {
+		return
+	}
+	st.mu.Lock()
+	stale := st.stampOK && st.stamp != stampOf(a) && len(st.dirty) == 0
+	st.mu.Unlock()
+	if !stale {
+		return
+	}
+	fs.mu.Lock()
+	if fs.states[id] != st {
+		fs.mu.Unlock()
+		return
+	}
+	idle := st.idle
+	fs.unidle(st)
+	st.removed = true
+	delete(fs.states, id)
+	fs.mu.Unlock()
+	if idle {
+		st.lower.Release(ctx)
+	}
 }
 
 // put drops one reference; the last one writes what is in memory and
@@ -297,7 +345,7 @@ func identity(ctx context.Context, lf layer.File) (layer.ID, error) {
 func (fs *Engine) put(ctx context.Context, st *state) error {
 	fs.mu.Lock()
 	st.refs--
-	last := st.refs == 0
+	last, stale := st.refs == 0, st.removed
 	fs.mu.Unlock()
 	if !last {
 		return nil
@@ -305,9 +353,24 @@ func (fs *Engine) put(ctx context.Context, st *state) error {
 	var err error
 	fold := false
 	st.mu.Lock()
+	// A stale state (dropStale) writes nothing: its index is not the
+	// file's any more. On a shared lower, a state that close wrote out
+	// (Flush: stampOK) is not written again either: another client may
+	// have opened the file since close returned, and a compaction or a
+	// checkpoint now would change the lower under it.
+	if st.chunks != nil && stale && len(st.dirty) > 0 {
+		fs.log().Warn("codec: another machine changed the file while it was open here: what was written to it here since may be lost (two writers of one file are not supported)", "path", st.path)
+	}
 	if st.chunks != nil {
-		err = st.sync(ctx, false, true)
-		fold = err == nil && !st.ro && st.hasDeltas()
+		if !stale && !(fs.shared && st.stampOK) {
+			err = st.sync(ctx, false, true)
+			if err == nil {
+				st.restamp(ctx)
+			}
+		}
+		// No fold on a shared lower: it would change the file in the
+		// background, under another client that may have it open.
+		fold = err == nil && !stale && !fs.shared && !st.ro && st.hasDeltas()
 		// An idle file keeps only its last chunk decoded (an append's).
 		last := (st.size - 1) / st.cs
 		for c := range st.cache {
@@ -318,6 +381,14 @@ func (fs *Engine) put(ctx context.Context, st *state) error {
 	}
 	st.mu.Unlock()
 	fs.mu.Lock()
+	if st.refs == 0 && st.removed {
+		// Dropped as stale while referenced (dropStale).
+		fs.mu.Unlock()
+		if e := st.lower.Release(ctx); err == nil {
+			err = e
+		}
+		return err
+	}
 	if st.refs == 0 && !st.removed {
 		if err == nil && st.chunks != nil {
 			st.idle = true
@@ -485,6 +556,7 @@ func (fs *Engine) Stat(ctx context.Context, path string, a *layer.Attr) error {
 	if !a.IsRegular() {
 		return nil
 	}
+	fs.dropStale(ctx, a.ID(), a)
 	fs.mu.Lock()
 	st := fs.states[a.ID()]
 	fs.mu.Unlock()

@@ -53,8 +53,9 @@ func IsPlain(ctx context.Context, lf layer.File) (bool, error) {
 // conversion removes those a crash left.
 const ConvertPrefix = ".cairn-convert-"
 
-// Reserved hides the files of a conversion under way (layer.Reserver).
-func (fs *Engine) Reserved(path string) bool {
+// reservedConvert says whether path is a file of a conversion under way
+// (hidden: see Engine.Reserved).
+func (fs *Engine) reservedConvert(path string) bool {
 	if !fs.servePlain {
 		return false
 	}
@@ -81,7 +82,7 @@ func (fs *Engine) plainOf(ctx context.Context, lf layer.File) (id layer.ID, plai
 	if !a.IsRegular() {
 		return id, false, false, nil // acquire says what is wrong
 	}
-	if id, err = identity(ctx, lf); err != nil {
+	if id, _, err = identity(ctx, lf); err != nil {
 		return id, false, false, err
 	}
 	fs.mu.Lock()
@@ -271,7 +272,7 @@ func (fs *Engine) openPlain(ctx context.Context, path string, flags int, id laye
 		fs.unplain(id, nil)
 		return nil, false, err
 	}
-	if got, err := identity(ctx, pf); err != nil || got != id {
+	if got, _, err := identity(ctx, pf); err != nil || got != id {
 		pf.Release(ctx)
 		fs.unplain(id, nil)
 		return nil, err == nil, err
@@ -311,7 +312,7 @@ func (f *plainFile) encode(ctx context.Context) error {
 	if err != nil {
 		return nil // stays plain
 	}
-	if id, err := identity(ctx, lf); err != nil || id != f.id {
+	if id, _, err := identity(ctx, lf); err != nil || id != f.id {
 		lf.Release(ctx) // renamed since it was opened: stays plain
 		return nil
 	}

@@ -28,6 +28,13 @@ type state struct {
 	refs    int  // open handles; guarded by fs.mu
 	removed bool // out of fs.states; guarded by fs.mu
 	idle    bool // on fs.idle; guarded by fs.mu
+	// stamp is the lower file's size and times when this engine last
+	// knew it to hold exactly the state (after loading it, and after each
+	// close and sync), if stampOK; only for a shared lower (Engine.shared).
+	// Another client that changes the file changes them: the state is
+	// then stale (dropStale). Guarded by mu.
+	stamp   stamp
+	stampOK bool
 
 	mu    sync.Mutex
 	path  string // for log lines
@@ -62,6 +69,24 @@ type state struct {
 	problems []string // found while loading (for fsck)
 	scanned  int      // records replayed while loading
 }
+
+// restamp notes the lower file's stamp as the state's (s.mu is held): the
+// lower holds exactly what the state says (loaded, or just written out).
+func (s *state) restamp(ctx context.Context) {
+	if !s.fs.shared || s.chunks == nil || len(s.dirty) > 0 {
+		return
+	}
+	a, err := s.lower.Getattr(ctx)
+	s.stamp, s.stampOK = stampOf(&a), err == nil
+}
+
+// stamp is what tells that a lower file changed behind a state.
+type stamp struct {
+	size         uint64
+	mtime, ctime layer.Time
+}
+
+func stampOf(a *layer.Attr) stamp { return stamp{a.Size, a.Mtime, a.Ctime} }
 
 type dirty struct {
 	buf    []byte
@@ -765,6 +790,7 @@ func (s *state) dirtyChunk(ctx context.Context, c int64) (*dirty, error) {
 }
 
 func (s *state) writeAt(ctx context.Context, p []byte, off int64) (int, error) {
+	s.stampOK = false // the lower changes: restamp says when it is known again
 	if s.ro {
 		return 0, errReadOnly
 	}
@@ -809,6 +835,7 @@ func (s *state) writeOldest(ctx context.Context) error {
 // flushDirty writes every dirty chunk, and the size if the chunks do not
 // give it (a hole at the end).
 func (s *state) flushDirty(ctx context.Context) error {
+	s.stampOK = false // the lower changes: restamp says when it is known again
 	if len(s.dirty) > 0 {
 		cs := make([]int64, 0, len(s.dirty))
 		for c := range s.dirty {
@@ -1058,6 +1085,7 @@ func (s *state) appendRaw(ctx context.Context, b []byte) (int64, error) {
 // truncate sets the size: a size record is written at once, so that the
 // log alone says which older bytes are gone.
 func (s *state) truncate(ctx context.Context, n int64) error {
+	s.stampOK = false // the lower changes: restamp says when it is known again
 	if s.ro {
 		return errReadOnly
 	}
@@ -1114,6 +1142,7 @@ func (s *state) truncate(ctx context.Context, n int64) error {
 
 // punch zeroes [off, off+n) within the file.
 func (s *state) punch(ctx context.Context, off, n int64) error {
+	s.stampOK = false // the lower changes: restamp says when it is known again
 	end := min(off+n, s.size)
 	for off < end {
 		c, in := off/s.cs, int(off%s.cs)
@@ -1157,6 +1186,7 @@ func (s *state) punch(ctx context.Context, off, n int64) error {
 // durable before writing the header. It checkpoints when the log after the
 // last checkpoint has grown, and compacts when dead records dominate.
 func (s *state) sync(ctx context.Context, durable, mayCompact bool) error {
+	s.stampOK = false // the lower changes: restamp says when it is known again
 	if s.ro {
 		return nil
 	}
@@ -1219,6 +1249,7 @@ func (s *state) checkpointDue() bool {
 
 // checkpoint appends an index record of the current state.
 func (s *state) checkpoint(ctx context.Context) error {
+	s.stampOK = false // the lower changes: restamp says when it is known again
 	r := rec{typ: recIndex, shift: s.shift, salt: s.salt, gen: s.nextGen, arg: uint64(s.size)}
 	s.nextGen++
 	off, err := s.appendRaw(ctx, appendRecord(nil, r, marshalIndex(s.chunks, s.order())))
@@ -1232,6 +1263,7 @@ func (s *state) checkpoint(ctx context.Context) error {
 
 // writeHeader writes the next header slot.
 func (s *state) writeHeader(ctx context.Context) error {
+	s.stampOK = false // the lower changes: restamp says when it is known again
 	if s.broken != nil {
 		return s.broken
 	}
@@ -1260,6 +1292,7 @@ func (s *state) shouldCompact() bool {
 // front and cuts the file after it. At every moment the log replays to the
 // file's content: see docs/codec-format.md.
 func (s *state) compact(ctx context.Context) error {
+	s.stampOK = false // the lower changes: restamp says when it is known again
 	e := s.logEnd
 	// No generation may be given out without its record (see load): until
 	// the copies are written, a failure takes them back.

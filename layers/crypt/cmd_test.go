@@ -84,7 +84,7 @@ func TestCommands(t *testing.T) {
 	if key == "" {
 		t.Fatalf("init printed no master key: %s", out)
 	}
-	if out, code := e.run(append(append([]string{"init"}, fast...), good)...); code == 0 || !strings.Contains(out, "exists already") {
+	if out, code := e.run(append(append([]string{"init"}, fast...), good)...); code == 0 || !strings.Contains(out, "holds a volume already") {
 		t.Fatalf("second init: %d %s", code, out)
 	}
 

@@ -57,7 +57,13 @@ func (fs *FS) Claim(ctx context.Context) error {
 	if claimed {
 		return nil
 	}
-	release, err := layer.LockLower(ctx, fs.Lower, "crypt")
+	// The configuration file too: the lock other clients of a network
+	// file system see (a directory's flock is this machine's only).
+	// Shared with other shared claims (cairn mount -shared): files'
+	// sizes and bytes come from the lower at each open and a file's
+	// journal lives only while it is open, so that mounts that take turns
+	// on files (close, then open elsewhere) read what the other wrote.
+	release, err := layer.LockLowerShared(ctx, fs.Lower, "crypt", ConfigName, layer.SharedClaim(ctx))
 	if err != nil {
 		return err
 	}
@@ -66,6 +72,11 @@ func (fs *FS) Claim(ctx context.Context) error {
 	fs.mu.Unlock()
 	return nil
 }
+
+// Share turns the name cache off (layer.Sharer): it keeps directories'
+// IVs by path, which another machine's rename or re-creation of a
+// directory changes.
+func (fs *FS) Share() { fs.cache.off = true }
 
 // Close lets go of the claim.
 func (fs *FS) Close() error {

@@ -25,7 +25,8 @@ import (
 // the cache opens no way out of the root that the directory's owner does
 // not already have.
 type dirCache struct {
-	size    int // set before use
+	size    int  // set before use
+	off     bool // nothing is kept (Share: other machines rename directories)
 	mu      sync.Mutex
 	m       map[string]*dirEnt
 	renames uint64 // counts invalidations; an open that spans one is not kept
@@ -64,7 +65,7 @@ func (c *dirCache) get(dir string, open func() (int, error)) (int, func(), error
 	}
 	e := &dirEnt{fd: fd, refs: 1, since: now}
 	c.mu.Lock()
-	if gen == c.renames && c.m[dir] == nil {
+	if gen == c.renames && c.m[dir] == nil && !c.off {
 		if c.m == nil {
 			c.m = make(map[string]*dirEnt)
 		}
@@ -130,3 +131,13 @@ func (c *dirCache) invalidate(paths ...string) {
 
 // close drops every entry.
 func (c *dirCache) close() { c.invalidate("") }
+
+// share turns the cache off and drops what it holds (FS.Share).
+func (c *dirCache) share() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.off = true
+	for dir, e := range c.m {
+		c.drop(dir, e)
+	}
+}

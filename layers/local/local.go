@@ -358,6 +358,11 @@ func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, err
 	return fs.newFile(fd, flags), nil
 }
 
+// Share keeps no directory descriptors (layer.Sharer): another machine may
+// rename or remake a directory, which a kept descriptor would still reach
+// under its old name for up to dirCacheTTL.
+func (fs *FS) Share() { fs.dirs.share() }
+
 func (fs *FS) Create(ctx context.Context, path string, flags int, mode uint32) (layer.File, layer.Attr, error) {
 	var fd int
 	err := fs.inDir(path, func(dfd int, name string) error {

@@ -1,0 +1,100 @@
+package glustertest_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"cairnfs.dev/cairn/internal/glustertest"
+	"cairnfs.dev/cairn/internal/mounttest"
+)
+
+// within runs f and fails the test if it does not return within d: an
+// application must not hang on a dead brick.
+func within(t *testing.T, d time.Duration, what string, f func() error) error {
+	t.Helper()
+	ch := make(chan error, 1)
+	start := time.Now()
+	go func() { ch <- f() }()
+	select {
+	case err := <-ch:
+		t.Logf("%s: %v after %v", what, err, time.Since(start).Round(time.Millisecond))
+		return err
+	case <-time.After(d):
+		t.Fatalf("%s: no answer within %v", what, d)
+		return nil
+	}
+}
+
+// TestBrickKilled: the brick of the volume under a zstd stack is killed.
+// Applications get an error (EIO or ENOTCONN), not a hang, and after the
+// brick is back a new mount reads every fsync'ed byte.
+func TestBrickKilled(t *testing.T) {
+	lower := glustertest.Dir(t, "one")
+	spec := "mount = \"top\"\n[layer.base]\ntype = \"local\"\npath = \"" + lower + "\"\n[layer.top]\ntype = \"zstd\"\nover = \"base\"\n"
+	p := mounttest.MountSpec(t, spec)
+	want := bytes.Repeat([]byte("fsync'ed before the brick died\n"), 3000)
+	f, err := os.Create(p.Path("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(want); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	glustertest.KillBricks(t, "one")
+	restarted := false
+	defer func() {
+		if !restarted {
+			glustertest.StartBricks(t, "one")
+		}
+	}()
+	isNetErr := func(err error) bool {
+		return errors.Is(err, syscall.EIO) || errors.Is(err, syscall.ENOTCONN)
+	}
+	// GlusterFS's client sees the brick's connection closed at once; the
+	// volume's ping-timeout (5 s here) bounds a brick that stops answering.
+	const limit = 15 * time.Second
+	err = within(t, limit, "write and fsync of a new file", func() error {
+		return os.WriteFile(p.Path("g"), want, 0o644)
+	})
+	if !isNetErr(err) {
+		t.Errorf("writing a new file with the brick dead: %v, want EIO or ENOTCONN", err)
+	}
+	err = within(t, limit, "read of the file", func() error {
+		_, err := os.ReadFile(p.Path("f"))
+		return err
+	})
+	if !isNetErr(err) {
+		t.Errorf("reading with the brick dead: %v, want EIO or ENOTCONN", err)
+	}
+	if log, _ := os.ReadFile(p.Log); !bytes.Contains(log, []byte("transport endpoint is not connected")) {
+		t.Errorf("the daemon's log does not say why:\n%s", log)
+	}
+	glustertest.StartBricks(t, "one")
+	restarted = true
+	// The client reconnects within a few seconds.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(lower, "f")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the GlusterFS client did not reconnect within 30 s")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	p.Unmount()
+	q := mounttest.MountSpec(t, spec)
+	got, err := os.ReadFile(q.Path("f"))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("after the brick came back, a new mount reads %d bytes (%v), want the %d fsync'ed", len(got), err, len(want))
+	}
+}
