@@ -98,6 +98,10 @@ type Bench struct {
 	done    map[string]bool // workload/config pairs already in the results
 	started time.Time
 	step    string
+	// steps and stepsDone count the (workload, run, configuration) steps
+	// of the run, for the progress lines' count and time left.
+	steps, stepsDone int
+	stepsTime        time.Duration // the time the done steps took
 }
 
 func (b *Bench) record(r Record) {
@@ -106,9 +110,15 @@ func (b *Bench) record(r Record) {
 	b.out.Write(append(data, '\n'))
 }
 
+// progress prints a line: the time since the start, the steps done of all
+// and an estimate of the time left (the done steps' mean time), the step.
 func (b *Bench) progress(f string, a ...any) {
 	el := time.Since(b.started).Round(time.Second)
-	fmt.Fprintf(os.Stderr, "[%8s] %s %s\n", el, b.step, fmt.Sprintf(f, a...))
+	left := "?"
+	if b.stepsDone > 0 {
+		left = (b.stepsTime / time.Duration(b.stepsDone) * time.Duration(b.steps-b.stepsDone)).Round(time.Minute).String()
+	}
+	fmt.Fprintf(os.Stderr, "[%8s, step %d/%d, ~%s left] %s %s\n", el, b.stepsDone, b.steps, left, b.step, fmt.Sprintf(f, a...))
 }
 
 // quickConfigs are the configurations of --quick: native, the null stack,
@@ -318,6 +328,9 @@ func cmdRun(args []string) int {
 	fmt.Fprintf(os.Stderr, "cairnbench: %s run, %d configurations (%s), %d workloads; results in %s\n",
 		meta.Mode, len(cfgs), names(cfgs), len(ws), resPath)
 
+	for _, w := range ws {
+		b.steps += b.runs(w.Runs) * len(cfgs)
+	}
 	for wi, w := range ws {
 		// The configurations take turns, run by run, so that a change in
 		// the machine's load spreads over all of them.
@@ -327,15 +340,18 @@ func cmdRun(args []string) int {
 			for ci, c := range cfgs {
 				b.step = fmt.Sprintf("[%d/%d %s run %d/%d] [%d/%d %s]", wi+1, len(ws), w.Name, run, nr, ci+1, len(cfgs), c.Name)
 				if b.done[w.Name+"/"+c.Name] {
+					b.stepsDone++
 					if run == 1 {
 						b.progress("already measured (--resume)")
 					}
 					continue
 				}
 				if failed[c.Name] {
+					b.stepsDone++
 					continue
 				}
 				if c.Failed != "" {
+					b.stepsDone++
 					b.record(Record{Workload: w.Name, Config: c.Name, Metric: "setup", Error: c.Failed})
 					b.progress("skipped: %s", c.Failed)
 					failed[c.Name] = true
@@ -344,6 +360,8 @@ func cmdRun(args []string) int {
 				t0 := time.Now()
 				b.record(Record{Workload: w.Name, Config: c.Name, Metric: "_load", Run: run, Value: loadAvg(), Unit: "load"})
 				err := runLimited(b, w, c, run)
+				b.stepsDone++
+				b.stepsTime += time.Since(t0)
 				b.record(Record{Workload: w.Name, Config: c.Name, Metric: "_load", Run: run, Value: loadAvg(), Unit: "load"})
 				if err != nil {
 					b.record(Record{Workload: w.Name, Config: c.Name, Metric: "run", Run: run, Error: err.Error()})
