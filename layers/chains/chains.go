@@ -687,6 +687,11 @@ func (fs *FS) SetFlags(ctx context.Context, p string, flags uint32) error {
 	if fs.reserved(p) {
 		return syscall.ENOENT
 	}
+	// Under the lock: the chain read and the flags set are of one file
+	// (a conversion could otherwise put a guarded file under the name in
+	// between, and make it append-only or immutable).
+	fs.swap.RLock()
+	defer fs.swap.RUnlock()
 	if c, err := fs.chainAt(ctx, p); err == nil && c != nil {
 		return layer.SetFlagsExcept(ctx, fs.Lower, p, flags, layer.FlagAppend|layer.FlagImmutable)
 	}
