@@ -43,7 +43,9 @@ func (fs *Engine) foldLater(st *state) {
 			return // stopped meanwhile
 		}
 		delete(fs.timers, st)
-		if fs.closed || !st.idle || st.removed {
+		// (After Close began too: Close waits for this fold before it
+		// lets go of the idle files.)
+		if !st.idle || st.removed {
 			fs.mu.Unlock()
 			return // in use again: folded at its next close
 		}
