@@ -3,7 +3,9 @@ package layer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -74,4 +76,52 @@ func MkdirAll(ctx context.Context, fs FS, path string, mode uint32) error {
 		return err
 	}
 	return nil
+}
+
+// CopyMeta gives the file at to the extended attributes of the file at from
+// (but those skip names, if skip is set), then a's owner, mode and times,
+// and makes it durable: what a layer that rewrites a file beside itself and
+// renames it over (a conversion) keeps of the old one. The mode comes after
+// the owner (chown clears set-id bits), the times last.
+func CopyMeta(ctx context.Context, fs FS, from, to string, a *Attr, skip func(name string) bool) error {
+	n, err := fs.Listxattr(ctx, from, nil)
+	if err != nil && err != syscall.EOPNOTSUPP {
+		return err
+	}
+	if err == nil && n > 0 {
+		list := make([]byte, n+256)
+		if n, err = fs.Listxattr(ctx, from, list); err != nil {
+			return err
+		}
+		for _, name := range strings.Split(string(list[:n]), "\x00") {
+			if name == "" || skip != nil && skip(name) {
+				continue
+			}
+			sz, err := fs.Getxattr(ctx, from, name, nil)
+			if err != nil {
+				return err
+			}
+			v := make([]byte, sz)
+			if sz, err = fs.Getxattr(ctx, from, name, v); err != nil {
+				return err
+			}
+			if err := fs.Setxattr(ctx, to, name, v[:sz], 0); err != nil {
+				return fmt.Errorf("extended attribute %s: %w", name, err)
+			}
+		}
+	}
+	if _, err := fs.Setattr(ctx, to, &SetAttr{Valid: SetUid | SetGid, Uid: a.Uid, Gid: a.Gid}); err != nil {
+		return err
+	}
+	if _, err := fs.Setattr(ctx, to, &SetAttr{Valid: SetMode | SetAtime | SetMtime,
+		Mode: a.Mode & 0o7777, Atime: a.Atime, Mtime: a.Mtime}); err != nil {
+		return err
+	}
+	f, err := fs.Open(ctx, to, unix.O_RDONLY|unix.O_NOFOLLOW)
+	if err != nil {
+		return err
+	}
+	err = f.Fsync(ctx, false)
+	f.Release(ctx)
+	return err
 }

@@ -1048,54 +1048,8 @@ func (fs *FS) writeConverted(ctx context.Context, p, tmp string, src layer.File,
 			return err
 		}
 	}
-	// Other xattrs of the file (ACLs, user attributes, a capability).
-	if err := fs.copyXattrs(ctx, p, tmp); err != nil {
-		return err
-	}
-	if _, err := fs.Lower.Setattr(ctx, tmp, &layer.SetAttr{Valid: layer.SetUid | layer.SetGid, Uid: a.Uid, Gid: a.Gid}); err != nil {
-		return err
-	}
-	if _, err := fs.Lower.Setattr(ctx, tmp, &layer.SetAttr{Valid: layer.SetMode | layer.SetAtime | layer.SetMtime,
-		Mode: a.Mode & 0o7777, Atime: a.Atime, Mtime: a.Mtime}); err != nil {
-		return err
-	}
-	// Make it durable (the transforms' own writes at release included).
-	lf, err := fs.Lower.Open(ctx, tmp, unix.O_RDONLY|unix.O_NOFOLLOW)
-	if err != nil {
-		return err
-	}
-	err = lf.Fsync(ctx, false)
-	lf.Release(ctx)
-	return err
-}
-
-func (fs *FS) copyXattrs(ctx context.Context, from, to string) error {
-	n, err := fs.Lower.Listxattr(ctx, from, nil)
-	if err == syscall.EOPNOTSUPP || (err == nil && n == 0) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	list := make([]byte, n+256)
-	if n, err = fs.Lower.Listxattr(ctx, from, list); err != nil {
-		return err
-	}
-	for _, name := range strings.Split(string(list[:n]), "\x00") {
-		if name == "" || fs.Meta.Owns(name) {
-			continue
-		}
-		sz, err := fs.Lower.Getxattr(ctx, from, name, nil)
-		if err != nil {
-			return err
-		}
-		v := make([]byte, sz)
-		if sz, err = fs.Lower.Getxattr(ctx, from, name, v); err != nil {
-			return err
-		}
-		if err := fs.Lower.Setxattr(ctx, to, name, v[:sz], 0); err != nil {
-			return err
-		}
-	}
-	return nil
+	// Other xattrs of the file (ACLs, user attributes, a capability), its
+	// owner, mode and times; durable (the transforms' own writes at release
+	// included).
+	return layer.CopyMeta(ctx, fs.Lower, p, tmp, a, fs.Meta.Owns)
 }

@@ -185,7 +185,7 @@ func (fs *FS) convertFile(ctx context.Context, w *Engine, p string, toPlain bool
 		fs.Lower.Unlink(ctx, tmp)
 		return fail(err)
 	}
-	if err := fs.copyMeta(ctx, p, tmp, &a); err != nil {
+	if err := layer.CopyMeta(ctx, fs.Lower, p, tmp, &a, nil); err != nil {
 		fs.Lower.Unlink(ctx, tmp)
 		return fail(err)
 	}
@@ -279,50 +279,4 @@ func allZero(b []byte) bool {
 		}
 	}
 	return true
-}
-
-// copyMeta gives tmp the extended attributes, owner, mode and times of a
-// (the file at p), and makes it durable.
-func (fs *FS) copyMeta(ctx context.Context, p, tmp string, a *layer.Attr) error {
-	n, err := fs.Lower.Listxattr(ctx, p, nil)
-	if err != nil && err != unix.EOPNOTSUPP {
-		return err
-	}
-	if err == nil && n > 0 {
-		list := make([]byte, n+256)
-		if n, err = fs.Lower.Listxattr(ctx, p, list); err != nil {
-			return err
-		}
-		for _, name := range strings.Split(string(list[:n]), "\x00") {
-			if name == "" {
-				continue
-			}
-			sz, err := fs.Lower.Getxattr(ctx, p, name, nil)
-			if err != nil {
-				return err
-			}
-			v := make([]byte, sz)
-			if sz, err = fs.Lower.Getxattr(ctx, p, name, v); err != nil {
-				return err
-			}
-			if err := fs.Lower.Setxattr(ctx, tmp, name, v[:sz], 0); err != nil {
-				return fmt.Errorf("extended attribute %s: %w", name, err)
-			}
-		}
-	}
-	if _, err := fs.Lower.Setattr(ctx, tmp, &layer.SetAttr{Valid: layer.SetUid | layer.SetGid, Uid: a.Uid, Gid: a.Gid}); err != nil {
-		return err
-	}
-	// The mode after the owner (chown clears set-id bits), the times last.
-	if _, err := fs.Lower.Setattr(ctx, tmp, &layer.SetAttr{Valid: layer.SetMode | layer.SetAtime | layer.SetMtime,
-		Mode: a.Mode & 0o7777, Atime: a.Atime, Mtime: a.Mtime}); err != nil {
-		return err
-	}
-	lf, err := fs.Lower.Open(ctx, tmp, unix.O_RDONLY|unix.O_NOFOLLOW)
-	if err != nil {
-		return err
-	}
-	err = lf.Fsync(ctx, false)
-	lf.Release(ctx)
-	return err
 }
