@@ -77,7 +77,7 @@ func TestMixedOpensRandom(t *testing.T) {
 			if err != nil {
 				t.Fatalf("op %d: mmap (rw=%v): %v", op, fds[i].rw, err)
 			}
-			same := bytes.Equal(mapCopyOut(t, b), model)
+			same := bytes.Equal(mounttest.MapCopyOut(t, b), model)
 			unix.Munmap(b)
 			if !same {
 				t.Fatalf("op %d: mapping (rw=%v) of %d open differs from what was written", op, fds[i].rw, len(fds))
@@ -86,38 +86,5 @@ func TestMixedOpensRandom(t *testing.T) {
 	}
 	for _, f := range fds {
 		f.f.Close()
-	}
-}
-
-// The test process serves the mount: a page fault on a mapping of a file
-// of it must happen inside a system call (the runtime's stop of the world
-// for a collection would otherwise wait for the faulting goroutine, which
-// waits for the daemon's). So mappings are read and written through a
-// memfd, by the kernel.
-func mapCopyOut(t *testing.T, b []byte) []byte {
-	t.Helper()
-	fd, err := unix.MemfdCreate("map", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	if n, err := unix.Pwrite(fd, b, 0); err != nil || n != len(b) {
-		t.Fatalf("copying a mapping out: %d, %v", n, err)
-	}
-	out := make([]byte, len(b))
-	unix.Pread(fd, out, 0)
-	return out
-}
-
-func mapCopyIn(t *testing.T, b []byte, data string) {
-	t.Helper()
-	fd, err := unix.MemfdCreate("map", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	unix.Pwrite(fd, []byte(data), 0)
-	if n, err := unix.Pread(fd, b[:len(data)], 0); err != nil || n != len(data) {
-		t.Fatalf("copying into a mapping: %d, %v", n, err)
 	}
 }

@@ -912,7 +912,7 @@ func TestReplicaMmapWriteWhileRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	copy(mp, "MAPPED")
+	mounttest.MapCopyIn(t, mp, "MAPPED")
 	unix.Msync(mp, unix.MS_SYNC)
 	unix.Munmap(mp)
 	w.Close()

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"cairnfs.dev/cairn/internal/mounttest"
 )
 
 // TestMmapWhileReadOpen: with a lower file held open for reading (passed
@@ -36,10 +38,10 @@ func TestMmapWhileReadOpen(t *testing.T) {
 	if err != nil {
 		t.Fatalf("mmap of the writer: %v", err)
 	}
-	if got := mapCopyOut(t, b); string(got) != "UPPER bytes" {
+	if got := mounttest.MapCopyOut(t, b); string(got) != "UPPER bytes" {
 		t.Errorf("the writer's mapping shows %q, want %q", got, "UPPER bytes")
 	}
-	mapCopyIn(t, b[6:], "MAPPD")
+	mounttest.MapCopyIn(t, b[6:], "MAPPD")
 	unix.Msync(b, unix.MS_SYNC)
 	unix.Munmap(b)
 	r2, err := os.Open(m.Path("f"))
@@ -50,7 +52,7 @@ func TestMmapWhileReadOpen(t *testing.T) {
 	if b, err := unix.Mmap(int(r2.Fd()), 0, 11, unix.PROT_READ, unix.MAP_SHARED); err != nil {
 		t.Errorf("mmap of a new reader: %v", err)
 	} else {
-		if got := mapCopyOut(t, b); string(got) != "UPPER MAPPD" {
+		if got := mounttest.MapCopyOut(t, b); string(got) != "UPPER MAPPD" {
 			t.Errorf("a new reader's mapping shows %q, want %q", got, "UPPER MAPPD")
 		}
 		unix.Munmap(b)
@@ -156,37 +158,4 @@ func TestLongMergedListing(t *testing.T) {
 		t.Fatal(err)
 	}
 	list()
-}
-
-// The test process serves the mount: a page fault on a mapping of a file
-// of it must happen inside a system call (the runtime's stop of the world
-// for a collection would otherwise wait for the faulting goroutine, which
-// waits for the daemon's). So mappings are read and written through a
-// memfd, by the kernel.
-func mapCopyOut(t *testing.T, b []byte) []byte {
-	t.Helper()
-	fd, err := unix.MemfdCreate("map", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	if n, err := unix.Pwrite(fd, b, 0); err != nil || n != len(b) {
-		t.Fatalf("copying a mapping out: %d, %v", n, err)
-	}
-	out := make([]byte, len(b))
-	unix.Pread(fd, out, 0)
-	return out
-}
-
-func mapCopyIn(t *testing.T, b []byte, data string) {
-	t.Helper()
-	fd, err := unix.MemfdCreate("map", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	unix.Pwrite(fd, []byte(data), 0)
-	if n, err := unix.Pread(fd, b[:len(data)], 0); err != nil || n != len(data) {
-		t.Fatalf("copying into a mapping: %d, %v", n, err)
-	}
 }
