@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -56,6 +57,10 @@ type workload struct {
 	uncertain map[string]bool
 	err       error
 	wg        sync.WaitGroup
+	// killed: the daemon is being killed; an operation in flight may then
+	// fail with EIO too (an open whose reply the kernel took as the
+	// connection went: its passthrough backing file went with it).
+	killed atomic.Bool
 }
 
 // startWorkload runs workers in dir; a failing one says where its name is
@@ -113,7 +118,8 @@ func startWorkload(dir, lower, prefix string, workers int, stop chan struct{}) *
 				w.mu.Lock()
 				if err == nil {
 					apply()
-				} else if errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED) {
+				} else if errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED) ||
+					w.killed.Load() && errors.Is(err, syscall.EIO) {
 					for _, n := range touched {
 						w.uncertain[n] = true
 					}
@@ -378,6 +384,7 @@ match = "spool"
 		}
 		time.Sleep(time.Millisecond)
 	}
+	w.killed.Store(true)
 	p.Kill()
 	if strings.HasPrefix(string(buf), "done") {
 		t.Fatal("the resharding ended before the kill")
