@@ -35,27 +35,39 @@ func (fs *Engine) foldLater(st *state) {
 		return
 	}
 	fs.folding.Add(1)
-	fs.timers[st] = time.AfterFunc(fs.foldDelay, func() {
-		defer fs.folding.Done()
+	fire := func() {
 		fs.mu.Lock()
-		if fs.timers[st] == nil {
+		t := fs.timers[st]
+		if t == nil {
 			fs.mu.Unlock()
+			fs.folding.Done()
 			return // stopped meanwhile
 		}
-		delete(fs.timers, st)
 		// (After Close began too: Close waits for this fold before it
 		// lets go of the idle files.)
 		if !st.idle || st.removed {
+			delete(fs.timers, st)
 			fs.mu.Unlock()
+			fs.folding.Done()
 			return // in use again: folded at its next close
 		}
+		if wait := fs.foldDelay - time.Since(st.idleAt); wait > 0 && !fs.closed {
+			// Opened and closed again since the timer was set: the
+			// fold is due FoldDelay after the last close.
+			t.Reset(wait)
+			fs.mu.Unlock()
+			return
+		}
+		delete(fs.timers, st)
+		defer fs.folding.Done()
 		fs.unidle(st)
 		st.refs++
 		fs.mu.Unlock()
 		ctx := layer.AsSelf(context.Background())
 		fs.foldState(ctx, st)
 		fs.put(ctx, st)
-	})
+	}
+	fs.timers[st] = time.AfterFunc(fs.foldDelay, fire)
 }
 
 // maxEvictedFolds bounds the states let go of that wait for their fold,

@@ -46,7 +46,7 @@ func appendLines(t *testing.T, p string, n, from int) []byte {
 // too, before the unmount returns.
 func TestFoldAtRest(t *testing.T) {
 	dir := t.TempDir()
-	fs := newStackAt(t, dir, "zstd", Options{FastTails: true, FoldDelay: 400 * time.Millisecond})
+	fs := newStackAt(t, dir, "zstd", Options{FastTails: true, FoldDelay: time.Second})
 	m := mounttest.Mount(t, fs)
 	want := appendLines(t, m.Path("log"), 300, 0)
 	lp := filepath.Join(dir, "log")
@@ -123,4 +123,81 @@ func keys(m map[string][]byte) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestFoldDueAfterLastClose: the fold is due FoldDelay after the file's
+// last close, not its first: a log appended to in opens closer together
+// than FoldDelay stays as fast tails however long it goes on (a fold in
+// between would encode chunks that the next append rewrites).
+func TestFoldDueAfterLastClose(t *testing.T) {
+	const delay = 600 * time.Millisecond
+	ctx := context.Background()
+	dir := t.TempDir()
+	fs := newStackAt(t, dir, "zstd", Options{FastTails: true, FoldDelay: delay})
+	// Each append is 40 lines: compressed, even one is far smaller.
+	line := bytes.Repeat([]byte("the quick brown fox jumps over the lazy dog, again and again and again\n"), 40)
+	if err := layer.WriteFile(ctx, fs, "log", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var lastClose time.Time
+	appendOne := func() {
+		f, err := fs.Open(ctx, "log", unix.O_WRONLY|unix.O_APPEND)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(ctx, line, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		lastClose = time.Now()
+	}
+	// The first append to a new file is encoded at its flush; the
+	// others are fast tails, stored as they are.
+	appendOne()
+	var base unix.Stat_t
+	if err := unix.Stat(filepath.Join(dir, "log"), &base); err != nil {
+		t.Fatal(err)
+	}
+	n, conclusive := 1, 0
+	for round := 0; round < 6; round++ {
+		appendOne()
+		n++
+		time.Sleep(delay / 2)
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(dir, "log"), &st); err != nil {
+			t.Fatal(err)
+		}
+		if time.Since(lastClose) >= delay {
+			continue // stalled past the delay: a fold would be right
+		}
+		conclusive++
+		if st.Size < base.Size+int64((n-1)*len(line)) {
+			t.Fatalf("folded %v after the last close (fold delay %v), %d since the first: the lower holds %d bytes for %d appended",
+				time.Since(lastClose).Round(time.Millisecond), delay, round, st.Size, n*len(line))
+		}
+	}
+	if conclusive < 2 {
+		t.Fatalf("only %d of 6 rounds took less than the fold delay: the machine is too slow to tell", conclusive)
+	}
+	// And left alone, it is folded.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var st unix.Stat_t
+		unix.Stat(filepath.Join(dir, "log"), &st)
+		if st.Size < base.Size+int64((n-1)*len(line)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not folded %v after the last close", time.Since(lastClose))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if b, err := layer.ReadFile(ctx, fs, "log"); err != nil || !bytes.Equal(b, bytes.Repeat(line, n)) {
+		t.Fatalf("after the fold: %d bytes, %v", len(b), err)
+	}
 }

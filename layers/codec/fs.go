@@ -391,7 +391,7 @@ func (fs *Engine) put(ctx context.Context, st *state) error {
 	}
 	if st.refs == 0 && !st.removed {
 		if err == nil && st.chunks != nil {
-			st.idle = true
+			st.idle, st.idleAt = true, time.Now()
 			fs.idle = append(fs.idle, st)
 			if fold {
 				fs.foldLater(st)

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"cairnfs.dev/cairn/layer"
 )
@@ -28,6 +29,9 @@ type state struct {
 	refs    int  // open handles; guarded by fs.mu
 	removed bool // out of fs.states; guarded by fs.mu
 	idle    bool // on fs.idle; guarded by fs.mu
+	// idleAt is when the last handle was closed (its fold is due
+	// FoldDelay after it); guarded by fs.mu.
+	idleAt time.Time
 	// stamp is the lower file's size and times when this engine last
 	// knew it to hold exactly the state (after loading it, and after each
 	// close and sync), if stampOK; only for a shared lower (Engine.shared).
