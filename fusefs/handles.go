@@ -7,8 +7,8 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/hanwen/go-fuse/v2/fs"
-	"github.com/hanwen/go-fuse/v2/fuse"
+	"cairnfs.dev/cairn/third_party/gofuse/fs"
+	"cairnfs.dev/cairn/third_party/gofuse/fuse"
 
 	"cairnfs.dev/cairn/layer"
 )

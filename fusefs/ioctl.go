@@ -5,7 +5,7 @@ import (
 	"encoding/binary"
 	"syscall"
 
-	"github.com/hanwen/go-fuse/v2/fs"
+	"cairnfs.dev/cairn/third_party/gofuse/fs"
 )
 
 // The inode flags ioctls (chattr, lsattr; xfs_io chattr). The kernel handles

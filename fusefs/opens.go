@@ -5,7 +5,7 @@ import (
 	"errors"
 	"syscall"
 
-	"github.com/hanwen/go-fuse/v2/fs"
+	"cairnfs.dev/cairn/third_party/gofuse/fs"
 
 	"cairnfs.dev/cairn/layer"
 )

@@ -3,7 +3,7 @@ package fusefs
 import (
 	"syscall"
 
-	"github.com/hanwen/go-fuse/v2/fuse"
+	"cairnfs.dev/cairn/third_party/gofuse/fuse"
 	"golang.org/x/sys/unix"
 )
 

@@ -4,8 +4,8 @@ import (
 	"context"
 	"syscall"
 
-	"github.com/hanwen/go-fuse/v2/fs"
-	"github.com/hanwen/go-fuse/v2/fuse"
+	"cairnfs.dev/cairn/third_party/gofuse/fs"
+	"cairnfs.dev/cairn/third_party/gofuse/fuse"
 	"golang.org/x/sys/unix"
 
 	"cairnfs.dev/cairn/layer"
