@@ -59,6 +59,7 @@ type mountFlags struct {
 	options       string
 	vfs           []string // mount(8) options for the kernel (from -o)
 	fsname        string
+	stats         string // -stats: the request counts' file
 }
 
 func runMount(args []string) int {
@@ -69,13 +70,15 @@ func runMount(args []string) int {
 	fl.BoolVar(&m.debug, "debug", false, "log every FUSE request (very verbose)")
 	fl.BoolVar(&m.noPassthrough, "no-passthrough", false, "never hand files to the kernel (FUSE passthrough)")
 	fl.BoolVar(&m.shared, "shared", false, "the lowers are shared with other machines (a network file system): the kernel caches no names, attributes\nor pages across opens (timeouts not given are 0), so that an open sees what another client wrote and closed; costs\na round trip per lookup and stat, and a read again after every open (docs/distributed.md)")
+	fl.StringVar(&m.stats, "stats", "", "on SIGUSR1 and at unmount, write the requests the daemon has served, by kind, to this file (JSON:\n"+
+		"{\"seq\": N, \"total\": N, \"requests\": {\"LOOKUP\": N, ...}}; seq counts the writes); SIGUSR1 also logs them")
 	fl.BoolVar(&m.noXattr, "no-xattr", false, "no extended attributes (fewer round trips; the spec's xattr = false)")
 	fl.StringVar(&m.logLevel, "log-level", "", "debug, info, warn or error (default: the spec's log_level, else info)")
 	fl.StringVar(&m.logFile, "log-file", "", "log to this file (JSON lines); default: standard error in the foreground, syslog in the background,\n"+
 		"and with no syslog (no /dev/log) /var/log/cairn/MOUNTPOINT.log (~/.local/state/cairn/ for users; $CAIRN_LOG_DIR if set), named as systemd names mount units")
-	fl.DurationVar(&m.entry, "entry-timeout", 0, "kernel cache time of names (default: the spec's, else 1s)")
-	fl.DurationVar(&m.attr, "attr-timeout", 0, "kernel cache time of attributes (default: the spec's, else 1s)")
-	fl.DurationVar(&m.negative, "negative-timeout", 0, "kernel cache time of missing names (default: the spec's, else 1s)")
+	fl.DurationVar(&m.entry, "entry-timeout", 0, "kernel cache time of names; 0: none (default: the spec's, else 1s)")
+	fl.DurationVar(&m.attr, "attr-timeout", 0, "kernel cache time of attributes; 0: none (default: the spec's, else 1s)")
+	fl.DurationVar(&m.negative, "negative-timeout", 0, "kernel cache time of missing names; 0: none (default: the spec's, else 1s)")
 	fl.StringVar(&m.passfile, "passfile", "", "the passphrase of every crypt layer, from the first line of this file (instead of the spec's passfile or extpass)")
 	fl.StringVar(&m.extpass, "extpass", "", "the passphrase of every crypt layer, from the first line of this command's output (sh -c)")
 	fl.BoolVar(&m.nonempty, "nonempty", false, "mount over a directory that holds files (hidden while mounted; refused otherwise)")
@@ -104,6 +107,15 @@ Flags:
 	if code, ok := parseArgs(fl, args); !ok {
 		return code
 	}
+	// An explicit 0 is "no caching", as "0s" is in a spec (a zero
+	// duration would mean the default).
+	fl.Visit(func(f *flag.Flag) {
+		for name, d := range map[string]*time.Duration{"entry-timeout": &m.entry, "attr-timeout": &m.attr, "negative-timeout": &m.negative} {
+			if f.Name == name && *d == 0 {
+				*d = -1
+			}
+		}
+	})
 	if fl.NArg() != 2 {
 		fl.Usage()
 		return fail(usagef("mount needs SPEC and MOUNTPOINT, got %d arguments", fl.NArg()), exitUsage)
@@ -244,7 +256,7 @@ Flags:
 	// is being made then unmounts it (instead of killing the process and
 	// leaving a dead mount).
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1)
 	srv, err := fusefs.Mount(mountpoint, stack.Top, opts)
 	if err != nil {
 		report("mount: " + err.Error())
@@ -258,10 +270,15 @@ Flags:
 	// Under systemd (Type=notify, see cairn@.service) the unit is started
 	// once the mount is ready.
 	sdNotify("READY=1\nMAINPID=" + strconv.Itoa(os.Getpid()))
+	stats := &statsWriter{path: m.stats, srv: srv}
 	go func() {
 		for sig := range sigs {
 			if sig == syscall.SIGHUP {
 				hangup(logger, stack, s, specArg)
+				continue
+			}
+			if sig == syscall.SIGUSR1 {
+				stats.write(logger, true)
 				continue
 			}
 			logger.Info("unmounting", "signal", sig.String())
@@ -271,6 +288,7 @@ Flags:
 		}
 	}()
 	srv.Wait()
+	stats.write(logger, false)
 	sdNotify("STOPPING=1")
 	logger.Info("unmounted", "mountpoint", mountpoint)
 	return exitOK

@@ -16,6 +16,8 @@ type protocolServer struct {
 
 	writev func([][]byte) (int, syscall.Errno)
 
+	counts requestCounts
+
 	interruptMu    sync.Mutex
 	reqInflight    []*request
 	connectionDead bool
@@ -45,6 +47,7 @@ type protocolServer struct {
 }
 
 func (ms *protocolServer) handleRequest(h *operationHandler, req *request) {
+	ms.counts.add(req.inHeader().Opcode)
 	ms.addInflight(req)
 	defer ms.dropInflight(req)
 
