@@ -483,7 +483,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 
 // openFlags acts on the open file's capabilities (layer.Caps): a file
 // that is not passed through keeps the kernel's page cache across opens
-// when it says it may, and a file that asks for direct I/O gets it.
+// when it says it may, a file that asks for direct I/O gets it, and the
+// kernel sends no FLUSH at the close of a file whose Flush does nothing.
 func (st *state) openFlags(f layer.File) uint32 {
 	c := f.Caps()
 	var flags uint32
@@ -492,6 +493,9 @@ func (st *state) openFlags(f layer.File) uint32 {
 	}
 	if c&layer.CapDirectIO != 0 {
 		flags |= fuse.FOPEN_DIRECT_IO
+	}
+	if c&layer.CapNoFlush != 0 {
+		flags |= fuse.FOPEN_NOFLUSH
 	}
 	return flags
 }

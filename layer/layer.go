@@ -149,6 +149,11 @@ const (
 	CapKeepCache
 	// CapDirectIO: every read and write must reach the layer (no page cache).
 	CapDirectIO
+	// CapNoFlush: the file's Flush does nothing its user could see (a
+	// file opened read-only, whose close reports nothing): the kernel need
+	// not send it at each close(2), a round trip less per open. A wrapper
+	// whose Flush does something of its own takes it away.
+	CapNoFlush
 )
 
 // FSCaps are the things a layer (with what is below it) can do that not
@@ -467,18 +472,22 @@ func ReplacesOnXattr(fs FS) bool {
 	return found
 }
 
-// IsExclusive reports whether fs is Exclusive, or a layer of one lower over
-// one that is (a snoop over a union): nothing below it changes but
-// through the stack, or the change is undefined anyway.
+// IsExclusive reports whether nothing below fs changes but through the
+// stack: a layer that is Exclusive says so itself (a union, a local
+// directory); any other layer is when all its lowers are (a snoop over a
+// union, a replica over local directories).
 func IsExclusive(fs FS) bool {
-	for {
-		if e, ok := fs.(Exclusive); ok && e.Exclusive() {
-			return true
-		}
-		ls := fs.Lowers()
-		if len(ls) != 1 {
+	if e, ok := fs.(Exclusive); ok {
+		return e.Exclusive()
+	}
+	ls := fs.Lowers()
+	if len(ls) == 0 {
+		return false
+	}
+	for _, l := range ls {
+		if !IsExclusive(l) {
 			return false
 		}
-		fs = ls[0]
 	}
+	return true
 }

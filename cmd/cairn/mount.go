@@ -271,6 +271,7 @@ Flags:
 	// once the mount is ready.
 	sdNotify("READY=1\nMAINPID=" + strconv.Itoa(os.Getpid()))
 	stats := &statsWriter{path: m.stats, srv: srv}
+	defer startProfile(logger)()
 	go func() {
 		for sig := range sigs {
 			if sig == syscall.SIGHUP {

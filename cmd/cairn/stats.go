@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sync"
 
 	"cairnfs.dev/cairn/fusefs"
@@ -55,5 +56,27 @@ func (w *statsWriter) write(logger *slog.Logger, log bool) {
 	}
 	if err := os.Rename(tmp, w.path); err != nil {
 		logger.Warn("the request counts could not be written", "file", w.path, "err", err)
+	}
+}
+
+// startProfile writes a CPU profile of the daemon from the mount to the
+// unmount into the file $CAIRN_CPUPROFILE, if set (for developers: go tool
+// pprof; docs/DEVELOPING.md). It returns what stops it.
+func startProfile(logger *slog.Logger) func() {
+	path := os.Getenv("CAIRN_CPUPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		logger.Warn("no CPU profile", "file", path, "err", err)
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
 	}
 }

@@ -298,8 +298,15 @@ func fromFlock(fl *unix.Flock_t) layer.Lock {
 // open file description), the caller's to close; the file's own may be
 // closed and reopened meanwhile (see fdCache).
 // Caps: the file's bytes are the lower's (passthrough); the directory may
-// change behind the mount, so the kernel does not keep its cache.
-func (f *File) Caps() layer.Caps { return layer.CapPassthrough }
+// change behind the mount, so the kernel does not keep its cache. Opened
+// read-only, it has no delayed writes whose errors a close would report:
+// its Flush does nothing (CapNoFlush).
+func (f *File) Caps() layer.Caps {
+	if f.flags&unix.O_ACCMODE == unix.O_RDONLY {
+		return layer.CapPassthrough | layer.CapNoFlush
+	}
+	return layer.CapPassthrough
+}
 
 func (f *File) PassthroughFd() (int, bool) {
 	d := -1

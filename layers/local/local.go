@@ -42,6 +42,10 @@ type FS struct {
 	fds     fdCache
 	rootDev uint64 // the directory opened (RootMoved)
 	rootIno uint64
+	// shared: others change the directory too; networked: it is on a
+	// network or FUSE file system (see Exclusive).
+	shared    sharedFlag
+	networked bool
 	// creators run the calls that create objects (see asCaller).
 	creators creators
 	closed   sync.Once
@@ -62,6 +66,7 @@ func New(root string) (*FS, error) {
 		return nil, fmt.Errorf("local: %s: %w", root, err)
 	}
 	fs.rootDev, fs.rootIno = st.Dev, st.Ino
+	fs.networked = networked(fd)
 	limit := nofile()
 	fs.dirs.size = min(dirCacheSize, max(limit/4, 4))
 	fs.fds.init(fd, limit)
@@ -361,7 +366,10 @@ func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, err
 // Share keeps no directory descriptors (layer.Sharer): another machine may
 // rename or remake a directory, which a kept descriptor would still reach
 // under its old name for up to dirCacheTTL.
-func (fs *FS) Share() { fs.dirs.share() }
+func (fs *FS) Share() {
+	fs.shared.Store(true)
+	fs.dirs.share()
+}
 
 func (fs *FS) Create(ctx context.Context, path string, flags int, mode uint32) (layer.File, layer.Attr, error) {
 	var fd int
