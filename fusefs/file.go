@@ -24,6 +24,9 @@ type file struct {
 	ino      *fs.Inode
 	writable bool
 	passed   atomic.Bool
+	// ctime is the lower file's ctime (ns) when the kernel was last told
+	// to fetch its attributes, or given them (at create); 0: unknown.
+	ctime atomic.Int64
 	// How the kernel reads and writes it (passthrough.go), set once the
 	// open's reply is ready; guarded by st.ptMu.
 	bk     *backing // the node's backing file, which it is passed through to
@@ -73,10 +76,18 @@ func (f *file) Flush(ctx context.Context) syscall.Errno {
 		// Writes through a shared mapping of a passed-through file change
 		// the lower's mtime and ctime at the page fault, which the kernel
 		// does not see (it updates the attributes of write(2)s only): let
-		// it fetch them again after each close, as a program that wrote
+		// it fetch them again after a close, as a program that wrote
 		// through mmap and closed the file expects (xfstests generic/080).
-		// Only the attributes: no page is touched, no round trip waited for.
-		f.ino.NotifyContent(-1, 0)
+		// Only the attributes: no page is touched, no round trip waited
+		// for; and only when the lower's ctime moved since the kernel
+		// last had them (a close of a descriptor through which nothing
+		// was written, such as a shell's redirection, would otherwise cost
+		// a GETATTR at the next stat).
+		a, err := f.f.Getattr(callerCtx(ctx))
+		if c := a.Ctime.Nano(); err != nil || c != f.ctime.Load() {
+			f.ino.NotifyContent(-1, 0)
+			f.ctime.Store(c)
+		}
 	}
 	return f.st.errno("flush", f.path, f.f.Flush(callerCtx(ctx)))
 }

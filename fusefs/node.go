@@ -515,7 +515,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, n.st.errno("create", p, err)
 	}
 	ch := n.newChild(ctx, p, &a, out)
-	return ch, n.st.newFile(ctx, lf, p, ch, flags), n.st.openFlags(lf), 0
+	nf := n.st.newFile(ctx, lf, p, ch, flags)
+	nf.ctime.Store(a.Ctime.Nano()) // the kernel has these attributes
+	return ch, nf, n.st.openFlags(lf), 0
 }
 
 // made finishes an operation that creates a directory entry.

@@ -3,8 +3,11 @@ package fusefs_test
 import (
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"cairnfs.dev/cairn/internal/mounttest"
 	"cairnfs.dev/cairn/layers/local"
@@ -96,6 +99,136 @@ func TestExclusiveLocal(t *testing.T) {
 		}
 		if shared && asked == 0 {
 			t.Errorf("shared: a stat 1.5 s after the last made no request (%v): the kernel kept it past the 1 s timeout", d)
+		}
+	}
+}
+
+// TestFlushWithoutChange: the close of a descriptor of a new file through
+// which nothing was written (a shell's redirection: open, dup2, close)
+// leaves the kernel's attributes alone, so the fstat after it costs no
+// GETATTR; a close after a write through a shared mapping still makes the
+// kernel fetch them (the mtime it shows moves: TestMmapMtimeAtClose).
+func TestFlushWithoutChange(t *testing.T) {
+	lower := t.TempDir()
+	l, err := local.New(lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := mounttest.Mount(t, null.New(l))
+	d := delta(m, func() {
+		fd, err := syscall.Open(m.Path("f"), syscall.O_WRONLY|syscall.O_CREAT|syscall.O_TRUNC, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd2, err := syscall.Dup(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		syscall.Close(fd) // FLUSH
+		var st syscall.Stat_t
+		if err := syscall.Fstat(fd2, &st); err != nil {
+			t.Fatal(err)
+		}
+		syscall.Close(fd2)
+	})
+	if d["GETATTR"] != 0 || d["CREATE"] != 1 || d["FLUSH"] != 2 {
+		t.Errorf("create, dup, close, fstat, close: %v (want 1 CREATE, 2 FLUSH, no GETATTR)", d)
+	}
+}
+
+// TestMmapMtimeAtClose: a write through a shared mapping changes the
+// lower's mtime at the page fault, unseen by the kernel; after the close,
+// a stat through the mount shows the new mtime (as generic/080 checks),
+// whatever the attribute timeout. (The kernel here refetches them itself
+// after a passed-through mmap; Flush tells it too, for kernels that do not.)
+func TestMmapMtimeAtClose(t *testing.T) {
+	lower := t.TempDir()
+	l, err := local.New(lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := mounttest.Mount(t, null.New(l))
+	if err := os.WriteFile(m.Path("f"), make([]byte, 4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Unix(1000000000, 0)
+	if err := os.Chtimes(m.Path("f"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(m.Path("f"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := syscall.Mmap(int(f.Fd()), 0, 4096, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounttest.MapCopyIn(t, b, "written through the mapping")
+	if err := unix.Msync(b, unix.MS_SYNC); err != nil {
+		t.Fatal(err)
+	}
+	syscall.Munmap(b)
+	f.Close()
+	fi, err := os.Stat(m.Path("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fi.ModTime().After(old) {
+		t.Errorf("after a write through a mapping and close, the mount shows mtime %v (the lower: %v)", fi.ModTime(), statMtime(t, filepath.Join(lower, "f")))
+	}
+}
+
+func statMtime(t *testing.T, p string) time.Time {
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.ModTime()
+}
+
+// TestNoGetattrAfterSetattr: the attributes a SETATTR replies with are
+// kept for the attribute timeout like a GETATTR's: a stat after a chmod,
+// a chown, a utimes or a truncate costs no request, and shows the change.
+func TestNoGetattrAfterSetattr(t *testing.T) {
+	lower := t.TempDir()
+	l, err := local.New(lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := mounttest.Mount(t, null.New(l))
+	if err := os.WriteFile(m.Path("f"), []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// (The write left the kernel's size and mtime stale: it fetches them
+	// once.)
+	if _, err := os.Stat(m.Path("f")); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Unix(1000000000, 0)
+	for _, step := range []struct {
+		name string
+		do   func() error
+		ok   func(os.FileInfo) bool
+	}{
+		{"chmod", func() error { return os.Chmod(m.Path("f"), 0o600) }, func(fi os.FileInfo) bool { return fi.Mode().Perm() == 0o600 }},
+		{"chown", func() error { return os.Chown(m.Path("f"), 65534, 65534) }, func(fi os.FileInfo) bool { return fi.Sys().(*syscall.Stat_t).Uid == 65534 }},
+		{"utimes", func() error { return os.Chtimes(m.Path("f"), old, old) }, func(fi os.FileInfo) bool { return fi.ModTime().Equal(old) }},
+		{"truncate", func() error { return os.Truncate(m.Path("f"), 2) }, func(fi os.FileInfo) bool { return fi.Size() == 2 }},
+	} {
+		var fi os.FileInfo
+		d := delta(m, func() {
+			if err := step.do(); err != nil {
+				t.Fatalf("%s: %v", step.name, err)
+			}
+			if fi, err = os.Stat(m.Path("f")); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if !step.ok(fi) {
+			t.Errorf("%s: the stat after it shows %v, %v", step.name, fi.Mode(), fi.Sys())
+		}
+		if d["GETATTR"]+d["STATX"] != 0 {
+			t.Errorf("%s and a stat: %v (want no GETATTR)", step.name, d)
 		}
 	}
 }

@@ -678,6 +678,11 @@ func (b *rawBridge) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fus
 	}
 
 	out.Mode = n.stableAttr.Mode | (out.Mode & 07777)
+	if errno == 0 && out.AttrValid == 0 && out.AttrValidNsec == 0 {
+		// cairn: the reply's attributes are as good as a GETATTR's;
+		// without a timeout the kernel asks for them again at once.
+		b.setAttrTimeout(out)
+	}
 	return errnoToStatus(errno)
 }
 
