@@ -2,34 +2,49 @@ package layer
 
 import "testing"
 
+// fakeFanOut is a fan-out layer with no say of its own (a replica, a mux).
 type fakeFanOut struct {
 	NotImplemented
 	lowers []FS
-	excl   bool
 }
 
 func (f *fakeFanOut) Lowers() []FS     { return f.lowers }
 func (f *fakeFanOut) Changes() Changes { return ChangesPlacement }
 func (f *fakeFanOut) Close() error     { return nil }
-func (f *fakeFanOut) Exclusive() bool  { return f.excl }
 
-// TestIsExclusive: a stack is exclusive when its top, or what one-lower
-// layers above stack over, says so; a fan-out layer that does not say so
-// ends the walk (a mux over a union and a plain branch).
+// fakeSays is a layer that says whether it is exclusive (a union, a local
+// directory).
+type fakeSays struct {
+	fakeFanOut
+	excl bool
+}
+
+func (f *fakeSays) Exclusive() bool { return f.excl }
+
+// TestIsExclusive: a layer that says whether it is exclusive decides for
+// itself (a local directory; a union, whatever its branches); any other
+// layer is exclusive when all its lowers are (a layer over a union, a
+// replica over local directories), and is not over a bottom layer that
+// says nothing.
 func TestIsExclusive(t *testing.T) {
-	a, b := &fakeFanOut{}, &fakeFanOut{}
-	u := &fakeFanOut{lowers: []FS{a, b}, excl: true}
+	loc, shared := &fakeSays{excl: true}, &fakeSays{}
+	mute := &fakeFanOut{}
+	u := &fakeSays{fakeFanOut: fakeFanOut{lowers: []FS{shared, mute}}, excl: true}
 	for _, c := range []struct {
 		name string
 		fs   FS
 		want bool
 	}{
-		{"a bottom layer", a, false},
-		{"the union", u, true},
+		{"a bottom layer that says nothing", mute, false},
+		{"a local directory", loc, true},
+		{"a shared local directory", shared, false},
+		{"the union (its branches do not count)", u, true},
 		{"a layer over the union", &Base{Lower: &Base{Lower: u}}, true},
-		{"a fan-out over the union and a branch", &fakeFanOut{lowers: []FS{u, b}}, false},
-		{"a fan-out of one lower over the union", &fakeFanOut{lowers: []FS{u}}, true},
-		{"a union that says no", &fakeFanOut{lowers: []FS{a, b}}, false},
+		{"a union that says no", &fakeSays{fakeFanOut: fakeFanOut{lowers: []FS{loc, loc}}}, false},
+		{"a fan-out over two local directories", &fakeFanOut{lowers: []FS{loc, loc}}, true},
+		{"a fan-out over the union and a local directory", &fakeFanOut{lowers: []FS{u, loc}}, true},
+		{"a fan-out over a local and a shared directory", &fakeFanOut{lowers: []FS{loc, shared}}, false},
+		{"a fan-out over the union and a silent branch", &fakeFanOut{lowers: []FS{u, mute}}, false},
 	} {
 		if got := IsExclusive(c.fs); got != c.want {
 			t.Errorf("%s: IsExclusive %v, want %v", c.name, got, c.want)
