@@ -94,6 +94,9 @@ type Hooked struct {
 	// NoPassthrough keeps the layer's files from being handed to the
 	// kernel, so that every read and write reaches the hook.
 	NoPassthrough bool
+	// Flushes: the hook must see every flush (each close(2)), so the
+	// layer's files never say CapNoFlush (the kernel would send none).
+	Flushes bool
 
 	mu    sync.Mutex
 	files map[*hookedFile]struct{} // open, for renames
@@ -486,11 +489,15 @@ func (f *hookedFile) PassthroughFd() (int, bool) {
 }
 
 // Caps forwards the lower file's, without passthrough when the hook must
-// see every read and write (NoPassthrough).
+// see every read and write (NoPassthrough), and without CapNoFlush when it
+// must see every flush (Flushes).
 func (f *hookedFile) Caps() Caps {
 	c := f.Lower.Caps()
 	if f.h.NoPassthrough {
 		c &^= CapPassthrough
+	}
+	if f.h.Flushes {
+		c &^= CapNoFlush
 	}
 	return c
 }

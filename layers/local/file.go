@@ -300,7 +300,9 @@ func fromFlock(fl *unix.Flock_t) layer.Lock {
 // Caps: the file's bytes are the lower's (passthrough); the directory may
 // change behind the mount, so the kernel does not keep its cache. Opened
 // read-only, it has no delayed writes whose errors a close would report:
-// its Flush does nothing (CapNoFlush).
+// its Flush does nothing (CapNoFlush). (Opened for writing, its flushes
+// are needed even on a local file system: the frontend tells the kernel
+// at each close about writes made through a shared mapping.)
 func (f *File) Caps() layer.Caps {
 	if f.flags&unix.O_ACCMODE == unix.O_RDONLY {
 		return layer.CapPassthrough | layer.CapNoFlush

@@ -355,12 +355,16 @@ func (f *file) PassthroughFd() (int, bool) {
 
 // Caps: a read-only file has its replica file's (passthrough included,
 // unless the layer says no); a file opened to write is several files, and
-// passes nothing through.
+// passes nothing through. A file opened to write needs its flushes (each
+// close of a written file aligns the replicas' times).
 func (f *file) Caps() layer.Caps {
 	if lf := f.single(); lf != nil {
 		c := lf.Caps()
 		if !f.pt {
 			c &^= layer.CapPassthrough
+		}
+		if writes(f.flags) {
+			c &^= layer.CapNoFlush
 		}
 		return c
 	}
@@ -368,7 +372,7 @@ func (f *file) Caps() layer.Caps {
 	for _, i := range f.open() {
 		c &= f.get(i).Caps()
 	}
-	return c &^ layer.CapPassthrough
+	return c &^ (layer.CapPassthrough | layer.CapNoFlush)
 }
 
 func (f *file) TouchAtime(ctx context.Context) bool {

@@ -83,6 +83,10 @@ func New(lower layer.FS, o Options) (*FS, error) {
 		}
 		fs.classes |= k
 	}
+	// The kernel sends no flush for files whose close does nothing
+	// (layer.CapNoFlush), unless the log wants flushes.
+	first, second := (&layer.Op{Name: "flush"}).Classes()
+	fs.Flushes = (fs.ops == nil || fs.ops["flush"]) && (fs.classes == 0 || (first|second)&fs.classes != 0)
 	if len(o.Paths) > 0 {
 		s, err := pathmatch.NewSet(o.Paths, nil)
 		if err != nil {
