@@ -347,6 +347,13 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
 	st.srv = srv
+	// Layers that change objects by themselves say so (layer.ChangeReporter):
+	// the kernel then fetches their attributes again.
+	layer.Walk(top, func(l layer.FS) {
+		if r, ok := l.(layer.ChangeReporter); ok {
+			r.ReportChanges(st.changed)
+		}
+	})
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
 		srv.Unmount()
@@ -462,4 +469,11 @@ func Unmount(mountpoint string, lazy bool) error {
 		return runFusermount(args)
 	}
 	return err
+}
+
+// changed makes the kernel fetch the attributes of the object id again (a
+// layer changed it by itself: layer.ChangeReporter). A number the kernel
+// does not know is answered ENOENT, which is nothing to do.
+func (st *state) changed(id layer.ID) {
+	st.srv.InodeNotify(st.inos.direntIno(id), -1, 0)
 }

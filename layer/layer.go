@@ -451,6 +451,17 @@ type Exclusive interface {
 	Exclusive() bool
 }
 
+// ChangeReporter is an optional interface of FS: a layer that changes
+// objects by itself, not in answer to an operation (the codecs' fold at
+// rest rewrites a file some seconds after its last close: its blocks
+// change), takes the function to call, with the object's identity (as its
+// Attr gives it), after such a change. The frontend then makes the kernel
+// fetch the object's attributes again, which it may otherwise keep for a
+// day (IsExclusive). Called before the stack serves.
+type ChangeReporter interface {
+	ReportChanges(changed func(ID))
+}
+
 // XattrReplacer is an optional interface of FS: a layer for which setting
 // or removing an xattr may replace the object at the path with another
 // (chains: a pushed or popped chain rewrites the file and renames the new

@@ -94,6 +94,10 @@ func (fs *Engine) foldState(ctx context.Context, st *state) {
 	defer st.mu.Unlock()
 	if err := st.fold(ctx); err != nil {
 		fs.log().Warn("codec: cannot fold the file's fast tails (it stays readable as it is)", "path", st.path, "err", err)
+		return
+	}
+	if r := fs.report.Load(); r != nil {
+		(*r)(st.ino) // its blocks changed
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -69,6 +70,8 @@ type Engine struct {
 	// lower file open until done: at most maxEvictedFolds.
 	evicting int
 	closed   bool
+	// report is told of the files folded (layer.ChangeReporter).
+	report atomic.Pointer[func(layer.ID)]
 
 	// servePlain: files that the engine did not write (no magic: see
 	// isPlain) are served as they are (a codec layer over existing data;
@@ -501,6 +504,10 @@ func (fs *Engine) Close() error {
 	}
 	return nil
 }
+
+// ReportChanges: a fold at rest changes a file's blocks, some seconds
+// after its last close (layer.ChangeReporter).
+func (fs *FS) ReportChanges(changed func(layer.ID)) { fs.e.report.Store(&changed) }
 
 // Close closes the engine and lets go of the claim on the lower.
 func (fs *FS) Close() error {
