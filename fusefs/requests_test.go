@@ -139,8 +139,9 @@ func TestFlushWithoutChange(t *testing.T) {
 // TestMmapMtimeAtClose: a write through a shared mapping changes the
 // lower's mtime at the page fault, unseen by the kernel; after the close,
 // a stat through the mount shows the new mtime (as generic/080 checks),
-// whatever the attribute timeout. (The kernel here refetches them itself
-// after a passed-through mmap; Flush tells it too, for kernels that do not.)
+// whatever the attribute timeout. (This sequence passes without the
+// frontend's notice at close too; TestMmapWriteTimes, xfs_io's, is the one
+// that needs it.)
 func TestMmapMtimeAtClose(t *testing.T) {
 	lower := t.TempDir()
 	l, err := local.New(lower)
