@@ -3,8 +3,10 @@ package fusefs
 import (
 	"context"
 	"io"
+	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"cairnfs.dev/cairn/third_party/gofuse/fs"
 	"cairnfs.dev/cairn/third_party/gofuse/fuse"
@@ -27,6 +29,9 @@ type file struct {
 	// ctime is the lower file's ctime (ns) when the kernel was last told
 	// to fetch its attributes, or given them (at create); 0: unknown.
 	ctime atomic.Int64
+	// noticeMu orders noticeWrites with Release (gone: released).
+	noticeMu sync.Mutex
+	gone     bool
 	// How the kernel reads and writes it (passthrough.go), set once the
 	// open's reply is ready; guarded by st.ptMu.
 	bk     *backing // the node's backing file, which it is passed through to
@@ -72,24 +77,35 @@ func (f *file) Write(ctx context.Context, data []byte, off int64) (uint32, sysca
 }
 
 func (f *file) Flush(ctx context.Context) syscall.Errno {
-	if f.writable && f.passed.Load() && f.ino != nil {
-		// Writes through a shared mapping of a passed-through file change
-		// the lower's mtime and ctime at the page fault, which the kernel
-		// does not see (it updates the attributes of write(2)s only): let
-		// it fetch them again after a close, as a program that wrote
-		// through mmap and closed the file expects (xfstests generic/080).
-		// Only the attributes: no page is touched, no round trip waited
-		// for; and only when the lower's ctime moved since the kernel
-		// last had them (a close of a descriptor through which nothing
-		// was written, such as a shell's redirection, would otherwise cost
-		// a GETATTR at the next stat).
-		a, err := f.f.Getattr(callerCtx(ctx))
-		if c := a.Ctime.Nano(); err != nil || c != f.ctime.Load() {
-			f.ino.NotifyContent(-1, 0)
-			f.ctime.Store(c)
-		}
-	}
+	// Writes through a shared mapping of a passed-through file change the
+	// lower's mtime and ctime at the page fault, which the kernel does not
+	// see (it updates the attributes of write(2)s only): let it fetch them
+	// again after a close, as a program that wrote through mmap and closed
+	// the file expects (xfstests generic/080). Files kept open are
+	// watched (watchMapped).
+	f.noticeWrites(callerCtx(ctx))
 	return f.st.errno("flush", f.path, f.f.Flush(callerCtx(ctx)))
+}
+
+// noticeWrites makes the kernel fetch the attributes of a writable file
+// passed through again if the lower's ctime moved since it last had them
+// (a close of a descriptor through which nothing was written, such as a
+// shell's redirection, would otherwise cost a GETATTR at the next stat).
+// Only the attributes: no page is touched, no round trip waited for.
+func (f *file) noticeWrites(ctx context.Context) {
+	if !f.writable || !f.passed.Load() || f.ino == nil {
+		return
+	}
+	f.noticeMu.Lock()
+	defer f.noticeMu.Unlock()
+	if f.gone {
+		return
+	}
+	a, err := f.f.Getattr(ctx)
+	if c := a.Ctime.Nano(); err != nil || c != f.ctime.Load() {
+		f.ino.NotifyContent(-1, 0)
+		f.ctime.Store(c)
+	}
 }
 
 func (f *file) Fsync(ctx context.Context, flags uint32) syscall.Errno {
@@ -97,6 +113,9 @@ func (f *file) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 }
 
 func (f *file) Release(ctx context.Context) syscall.Errno {
+	f.noticeMu.Lock()
+	f.gone = true // watchMapped lets go of it
+	f.noticeMu.Unlock()
 	f.st.passReleased(f)
 	f.st.released(f)
 	return f.st.errno("release", f.path, f.f.Release(callerCtx(ctx)))
@@ -237,4 +256,43 @@ func (d *dir) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
 func (d *dir) Releasedir(ctx context.Context, releaseFlags uint32) {
 	d.n.st.dirClosed(d)
 	d.ds.Close()
+}
+
+// mappedEvery is how often watchMapped looks at the files open for
+// writing: the longest a write through a shared mapping of a file kept open
+// goes unseen by stat, when the kernel keeps attributes for longer (an
+// exclusive stack's day). (A mapping of a passed-through file holds the
+// lower file, not the mount's: once the mount's file is closed, writes
+// through a mapping that outlives it show at the next close of the file
+// opened for writing, or when the kernel's attributes expire.)
+const mappedEvery = time.Second
+
+// watchMapped, for a mount whose kernel keeps attributes for longer than
+// mappedEvery, tells the kernel every mappedEvery of the writes made
+// through shared mappings of passed-through files (noticeWrites), until
+// done is closed: one fstat per such open file per second.
+func (st *state) watchMapped(done <-chan struct{}) {
+	t := time.NewTicker(mappedEvery)
+	defer t.Stop()
+	ctx := layer.AsSelf(context.Background())
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		var fs []*file
+		st.opensMu.Lock()
+		for _, l := range st.opens {
+			for _, f := range l {
+				if f.writable && f.passed.Load() {
+					fs = append(fs, f)
+				}
+			}
+		}
+		st.opensMu.Unlock()
+		for _, f := range fs {
+			f.noticeWrites(ctx)
+		}
+	}
 }

@@ -359,6 +359,14 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		srv.Unmount()
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
+	if st.passthrough && *opts.AttrTimeout > mappedEvery {
+		done := make(chan struct{})
+		go func() {
+			srv.Wait()
+			close(done)
+		}()
+		go st.watchMapped(done)
+	}
 	// Passthrough, as logged: whether files of this stack can be passed
 	// through at all (each file's Caps decide).
 	return &Server{Server: srv, Mountpoint: mountpoint, Passthrough: st.passthrough && layer.StackChanges(top)&layer.ChangesData == 0}, nil

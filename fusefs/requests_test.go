@@ -233,3 +233,51 @@ func TestNoGetattrAfterSetattr(t *testing.T) {
 		}
 	}
 }
+
+// TestMappedWriteWhileOpen: a program that keeps a file open and writes
+// through a shared mapping of it (a database): the kernel, which keeps an
+// exclusive stack's attributes for a day, is told within about a second
+// (watchMapped), so a stat shows the new mtime before the file is closed.
+func TestMappedWriteWhileOpen(t *testing.T) {
+	lower := t.TempDir()
+	l, err := local.New(lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := mounttest.Mount(t, null.New(l))
+	if err := os.WriteFile(m.Path("f"), make([]byte, 4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Unix(1000000000, 0)
+	if err := os.Chtimes(m.Path("f"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(m.Path("f"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := syscall.Mmap(int(f.Fd()), 0, 4096, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(b)
+	defer f.Close()
+	if fi, err := os.Stat(m.Path("f")); err != nil || !fi.ModTime().Equal(old) {
+		t.Fatalf("before the write: %v, %v", fi.ModTime(), err)
+	}
+	mounttest.MapCopyIn(t, b, "written through the mapping")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		fi, err := os.Stat(m.Path("f"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.ModTime().After(old) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after a write through a mapping, the mount shows mtime %v (the lower: %v)", fi.ModTime(), statMtime(t, filepath.Join(lower, "f")))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
