@@ -57,6 +57,7 @@ LOOP= IMG= PID=
 . "$REPO/bench/lib.sh"
 cleanup() {
 	set +e
+	[ -n "${URING_WAS:-}" ] && echo "$URING_WAS" > "$URING_PARAM"
 	[ -n "$PID" ] && { kill "$PID" 2>/dev/null; wait "$PID" 2>/dev/null; }
 	mountpoint -q "$MNT" && { fusermount3 -u "$MNT" || umount -l "$MNT"; }
 	rmdir "$MNT" 2>/dev/null
@@ -89,6 +90,14 @@ for b in "${BINS[@]}"; do
 	[ -x "${BIN[$name]}" ] || { echo "reqcost.sh: --bin $b: no such executable" >&2; exit 2; }
 	CFGS+=("$name")
 done
+
+# A configuration over FUSE's io_uring transport needs the kernel's switch
+# (read at each mount): on for the run, put back at the end.
+URING_PARAM=/sys/module/fuse/parameters/enable_uring URING_WAS=
+if [[ "${BINS[*]}" == *uring* ]] && [ -w "$URING_PARAM" ]; then
+	URING_WAS=$(cat "$URING_PARAM")
+	echo Y > "$URING_PARAM"
+fi
 
 waitmount() { for _ in $(seq 100); do mountpoint -q "$MNT" && return 0; sleep 0.05; done; echo "reqcost.sh: $1 did not mount" >&2; exit 1; }
 up() { # up CONFIG [extra cairn args]: mount it (PID: the server)
