@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"cairnfs.dev/cairn/third_party/gofuse/fs"
@@ -50,6 +51,7 @@ type state struct {
 
 	opensMu sync.Mutex
 	opens   map[*node][]*file // open files, for nodes with no path (see opens.go)
+	openIno map[uint64]*node  // the nodes of opens, by number (see shadow.go)
 }
 
 // dirOpened and dirClosed keep state.openDirs.
@@ -136,6 +138,9 @@ type node struct {
 	// (passthrough.go); guarded by st.ptMu.
 	bk     *backing // the backing file of those passed through
 	cached int      // how many go through the daemon in cached io mode
+	// shadowed: another object was given a new number while this node
+	// had files open on the number they share (see shadow.go).
+	shadowed atomic.Bool
 }
 
 var (
@@ -248,7 +253,7 @@ func (n *node) newChild(ctx context.Context, p string, a *layer.Attr, out *fuse.
 func (n *node) newNode(ctx context.Context, a *layer.Attr, out *fuse.EntryOut) *fs.Inode {
 	fillAttr(a, &out.Attr)
 	id := a.ID()
-	ino := n.st.inos.ino(id)
+	ino := n.st.noClash(id, n.st.inos.ino(id))
 	out.Attr.Ino = ino
 	return n.NewInode(ctx, &node{st: n.st, id: id}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: ino, Gen: id.Gen})
 }

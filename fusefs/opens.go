@@ -31,6 +31,7 @@ func (st *state) opened(f *file) {
 		st.opens = map[*node][]*file{}
 	}
 	st.opens[n] = append(st.opens[n], f)
+	st.openedIno(n)
 	st.opensMu.Unlock()
 }
 
@@ -50,6 +51,7 @@ func (st *state) released(f *file) {
 	}
 	if len(fs) == 0 {
 		delete(st.opens, n)
+		st.releasedIno(n)
 	} else {
 		st.opens[n] = fs
 	}
