@@ -15,7 +15,6 @@ import (
 
 	"cairnfs.dev/cairn/third_party/gofuse/fs"
 	"cairnfs.dev/cairn/third_party/gofuse/fuse"
-	"golang.org/x/sys/unix"
 
 	"cairnfs.dev/cairn/layer"
 )
@@ -622,7 +621,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		return syscall.EINVAL
 	}
 	gone := func() {}
-	if flags&unix.RENAME_EXCHANGE == 0 {
+	if flags&layer.RenameExchange == 0 {
 		gone = np.dirGone(callerCtx(ctx), newName, nw)
 	}
 	moving, replaced := n.GetChild(name), np.GetChild(newName)
@@ -632,7 +631,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		if moving != nil {
 			n.st.moved(moving.StableAttr().Ino, np.StableAttr().Ino)
 		}
-		if replaced != nil && flags&unix.RENAME_EXCHANGE != 0 {
+		if replaced != nil && flags&layer.RenameExchange != 0 {
 			n.st.moved(replaced.StableAttr().Ino, n.StableAttr().Ino)
 		}
 	}
@@ -777,13 +776,13 @@ func isEOF(err error) bool { return err == io.EOF }
 // renameCaps are the FS capabilities a renameat2 with flags needs.
 func renameCaps(flags uint32) layer.FSCaps {
 	var c layer.FSCaps
-	if flags&unix.RENAME_NOREPLACE != 0 {
+	if flags&layer.RenameNoreplace != 0 {
 		c |= layer.FSRenameNoReplace
 	}
-	if flags&unix.RENAME_EXCHANGE != 0 {
+	if flags&layer.RenameExchange != 0 {
 		c |= layer.FSRenameExchange
 	}
-	if flags&unix.RENAME_WHITEOUT != 0 {
+	if flags&layer.RenameWhiteout != 0 {
 		c |= layer.FSRenameWhiteout
 	}
 	return c

@@ -99,7 +99,7 @@ func initExisting(dir string, p crypt.InitParams, pass []byte, stderr io.Writer)
 	}
 	// Durable before it takes dir's place.
 	unix.Sync()
-	if err := unix.Renameat2(unix.AT_FDCWD, work, unix.AT_FDCWD, dir, unix.RENAME_EXCHANGE); err != nil {
+	if err := unix.Renameat2(unix.AT_FDCWD, work, unix.AT_FDCWD, dir, layer.RenameExchange); err != nil {
 		return fail(fmt.Errorf("exchanging %s and %s: %w", work, dir, err))
 	}
 	kept := dir + ".plain-" + time.Now().UTC().Format("20060102T150405")

@@ -164,15 +164,15 @@ func (f *File) Allocate(ctx context.Context, off, length int64, mode uint32) err
 	if off < 0 || length <= 0 {
 		return syscall.EINVAL
 	}
-	keep := mode&unix.FALLOC_FL_KEEP_SIZE != 0
-	switch mode &^ unix.FALLOC_FL_KEEP_SIZE {
+	keep := mode&layer.FallocKeepSize != 0
+	switch mode &^ layer.FallocKeepSize {
 	case 0:
-	case unix.FALLOC_FL_PUNCH_HOLE:
+	case layer.FallocPunchHole:
 		if !keep {
 			return syscall.EINVAL
 		}
 		return s.punch(ctx, off, length)
-	case unix.FALLOC_FL_ZERO_RANGE:
+	case layer.FallocZeroRange:
 		if err := s.punch(ctx, off, length); err != nil {
 			return err
 		}

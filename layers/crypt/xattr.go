@@ -2,6 +2,7 @@ package crypt
 
 import (
 	"bytes"
+	"cairnfs.dev/cairn/layer"
 	"context"
 	"errors"
 	"io"
@@ -80,7 +81,7 @@ func (fs *FS) Getxattr(ctx context.Context, path, name string, dest []byte) (int
 	}
 	if isACL(name) {
 		n, err := fs.Lower.Getxattr(ctx, lp, name, dest)
-		if !errors.Is(err, syscall.ENODATA) {
+		if !errors.Is(err, layer.ENOATTR) {
 			return n, err
 		}
 	}

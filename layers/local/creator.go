@@ -152,5 +152,5 @@ func hasDefaultACL(dfd int) bool {
 	if err == unix.ENOSYS {
 		_, err = unix.Getxattr("/proc/self/fd/"+strconv.Itoa(dfd), "system.posix_acl_default", nil)
 	}
-	return err != unix.ENODATA && err != unix.EOPNOTSUPP
+	return err != layer.ENOATTR && err != unix.EOPNOTSUPP
 }

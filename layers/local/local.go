@@ -107,7 +107,7 @@ const resolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_N
 // openFlags are the open(2) flags openat2 accepts from a caller; the
 // kernel's FUSE requests may carry internal bits that openat2 refuses.
 const openFlags = unix.O_ACCMODE | unix.O_APPEND | unix.O_CREAT | unix.O_EXCL | unix.O_TRUNC |
-	unix.O_NONBLOCK | unix.O_DSYNC | unix.O_SYNC | unix.O_DIRECT | unix.O_NOATIME |
+	unix.O_NONBLOCK | unix.O_DSYNC | unix.O_SYNC | unix.O_DIRECT | layer.ONoatime |
 	unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_PATH | unix.O_LARGEFILE
 
 // openBeneath opens path below the directory dirfd. A path longer than the
@@ -501,7 +501,7 @@ func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32)
 	return fs.inDir(oldpath, func(odfd int, oname string) error {
 		return fs.inDir(newpath, func(ndfd int, nname string) error {
 			rename := func() error { return unix.Renameat2(odfd, oname, ndfd, nname, uint(flags)) }
-			if flags&unix.RENAME_EXCHANGE != 0 {
+			if flags&layer.RenameExchange != 0 {
 				return rename()
 			}
 			// The target's name goes, perhaps its last.
