@@ -47,7 +47,7 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 		off = s.size
 	}
 	n, err := s.writeAt(ctx, p, off)
-	if err == nil && f.flags&(unix.O_SYNC|unix.O_DSYNC) != 0 {
+	if err == nil && f.flags&(unix.O_SYNC|layer.ODsync) != 0 {
 		err = s.sync(ctx, true, false)
 	}
 	return n, err
