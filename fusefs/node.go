@@ -15,6 +15,7 @@ import (
 
 	"cairnfs.dev/cairn/third_party/gofuse/fs"
 	"cairnfs.dev/cairn/third_party/gofuse/fuse"
+	"golang.org/x/sys/unix"
 
 	"cairnfs.dev/cairn/layer"
 )
@@ -431,7 +432,7 @@ func setidToDrop(a layer.Attr, c *layer.Caller) uint32 {
 		return 0
 	}
 	drop := a.Mode & syscall.S_ISUID
-	if a.Mode&syscall.S_ISGID != 0 && (a.Mode&syscall.S_IXGRP != 0 || !inGroup(c, a.Gid)) {
+	if a.Mode&syscall.S_ISGID != 0 && (a.Mode&unix.S_IXGRP != 0 || !inGroup(c, a.Gid)) {
 		drop |= syscall.S_ISGID
 	}
 	return drop
@@ -672,7 +673,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	// on every local file system; the daemon set it as root, so the lower
 	// kept the bit. The kernel says so with SETXATTR_ACL_KILL_SGID.
 	if fc, ok := ctx.(*fuse.Context); ok {
-		if f, ok := n.st.extras.Load(fc.Cancel); ok && f.(uint32)&fuse.SETXATTR_ACL_KILL_SGID != 0 {
+		if f, ok := n.st.extras.Load(fc.Cancel); ok && f.(uint32)&setxattrACLKillSGID != 0 {
 			a, err := n.st.top.Getattr(cctx, p)
 			if err == nil && a.Mode&syscall.S_ISGID != 0 {
 				_, err = n.st.top.Setattr(daemonCtx(ctx), p, &layer.SetAttr{Valid: layer.SetMode, Mode: a.Mode & 07777 &^ syscall.S_ISGID})

@@ -109,7 +109,7 @@ var _ layer.File = (*file)(nil)
 // layer places every block itself), no O_TRUNC (done under the file's
 // lock), no O_DIRECT (blocks are not aligned).
 func lowerFlags(flags int) int {
-	flags &^= unix.O_APPEND | unix.O_TRUNC | unix.O_DIRECT | unix.O_CREAT | unix.O_EXCL
+	flags &^= unix.O_APPEND | unix.O_TRUNC | layer.ODirect | unix.O_CREAT | unix.O_EXCL
 	if flags&unix.O_ACCMODE == unix.O_WRONLY {
 		flags = flags&^unix.O_ACCMODE | unix.O_RDWR
 	}
@@ -303,7 +303,7 @@ func (f *file) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	buf := *bp
 	if len(p) >= readaheadMin && !f.seq.Swap(true) {
 		if fd, ok := f.lower.PassthroughFd(); ok {
-			unix.Fadvise(fd, 0, 0, unix.FADV_SEQUENTIAL)
+			adviseSequential(fd)
 			unix.Close(fd)
 		}
 	}

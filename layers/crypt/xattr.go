@@ -2,12 +2,13 @@ package crypt
 
 import (
 	"bytes"
-	"cairnfs.dev/cairn/layer"
 	"context"
 	"errors"
 	"io"
 	"strings"
 	"syscall"
+
+	"cairnfs.dev/cairn/layer"
 )
 
 // Extended attributes: the name is encrypted like a file name (AES-SIV with
