@@ -50,9 +50,15 @@ func openWalk(dirfd int, path string, flags int, mode uint32, extra int) (int, e
 	}
 }
 
+// openatRetry is openat, again after EINTR. FreeBSD answers O_NOFOLLOW on
+// a symbolic link with EMLINK, which no open gives otherwise: ELOOP, as
+// Linux and macOS say.
 func openatRetry(dirfd int, name string, flags int, mode uint32) (int, error) {
 	for {
 		fd, err := unix.Openat(dirfd, name, flags, mode)
+		if err == unix.EMLINK && flags&unix.O_NOFOLLOW != 0 {
+			err = unix.ELOOP
+		}
 		if err != unix.EINTR {
 			return fd, err
 		}
