@@ -36,7 +36,9 @@ func (fs *FS) asCaller(ctx context.Context, dfd int, name string, mode uint32, m
 		return err
 	}
 	if err := unix.Fchownat(dfd, name, int(c.Uid), -1, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		unix.Unlinkat(dfd, name, 0)
+		if unix.Unlinkat(dfd, name, 0) != nil {
+			unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR)
+		}
 		return err
 	}
 	if mode&0o6000 != 0 {

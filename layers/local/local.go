@@ -9,6 +9,11 @@
 // number of descriptors grows neither with the number of files nor with
 // the number of open files (see dirCache and fdCache).
 //
+// Off Linux, where there is no openat2, the paths are walked a name at a
+// time with openat(O_NOFOLLOW) (and O_RESOLVE_BENEATH on FreeBSD), which
+// keeps the same guarantee (beneath.go); what else differs there is in the
+// *_other.go files and docs/portability.md.
+//
 // Objects are created with the caller's identity and umask: the creating
 // thread takes the caller's fsuid, fsgid and supplementary groups, so
 // ownership, setgid directories and the lower file system's own permission
