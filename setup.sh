@@ -30,6 +30,12 @@ if [ -n "$xmissing" ]; then
 	[ -n "$missing" ] || apt-get update -qq || true
 	apt-get install -y -qq --no-install-recommends $xmissing
 fi
+# test/cross.sh (part of ./test.sh) runs the arm64 in-process tests under qemu-aarch64
+# (docs/portability.md); without its recommends (qemu-user-binfmt would register handlers system-wide).
+if ! dpkg -s qemu-user >/dev/null 2>&1; then
+	[ -n "$missing$xmissing" ] || apt-get update -qq || true
+	apt-get install -y -qq --no-install-recommends qemu-user
+fi
 modprobe fuse 2>/dev/null || true
 # allow_other for non-root users of a mount, as the tests do.
 grep -q '^user_allow_other' /etc/fuse.conf 2>/dev/null || echo user_allow_other >> /etc/fuse.conf

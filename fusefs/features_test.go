@@ -1,3 +1,5 @@
+//go:build linux
+
 package fusefs_test
 
 // O_TMPFILE and inode flags (chattr, lsattr) through a real mount, compared

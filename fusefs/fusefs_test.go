@@ -1,3 +1,5 @@
+//go:build linux
+
 package fusefs_test
 
 import (
@@ -95,16 +97,16 @@ func TestRenameFlags(t *testing.T) {
 	m, lower := nullStack(t)
 	mustWrite(t, m.Path("a"), "A")
 	mustWrite(t, m.Path("b"), "B")
-	if err := unix.Renameat2(unix.AT_FDCWD, m.Path("a"), unix.AT_FDCWD, m.Path("b"), unix.RENAME_NOREPLACE); err != unix.EEXIST {
+	if err := unix.Renameat2(unix.AT_FDCWD, m.Path("a"), unix.AT_FDCWD, m.Path("b"), layer.RenameNoreplace); err != unix.EEXIST {
 		t.Fatalf("RENAME_NOREPLACE over an existing file: %v, want EEXIST", err)
 	}
-	if err := unix.Renameat2(unix.AT_FDCWD, m.Path("a"), unix.AT_FDCWD, m.Path("b"), unix.RENAME_EXCHANGE); err != nil {
+	if err := unix.Renameat2(unix.AT_FDCWD, m.Path("a"), unix.AT_FDCWD, m.Path("b"), layer.RenameExchange); err != nil {
 		t.Fatal(err)
 	}
 	if mustRead(t, m.Path("a")) != "B" || mustRead(t, filepath.Join(lower, "b")) != "A" {
 		t.Fatal("RENAME_EXCHANGE did not swap")
 	}
-	if err := unix.Renameat2(unix.AT_FDCWD, m.Path("a"), unix.AT_FDCWD, m.Path("c"), unix.RENAME_NOREPLACE); err != nil {
+	if err := unix.Renameat2(unix.AT_FDCWD, m.Path("a"), unix.AT_FDCWD, m.Path("c"), layer.RenameNoreplace); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(m.Path("c"), m.Path("b")); err != nil {
@@ -201,13 +203,13 @@ func TestXattrs(t *testing.T) {
 	if !strings.Contains(string(buf[:n]), "user.color") {
 		t.Fatalf("listxattr: %q", buf[:n])
 	}
-	if err := unix.Setxattr(m.Path("f"), "user.color", []byte("red"), unix.XATTR_CREATE); err != unix.EEXIST {
+	if err := unix.Setxattr(m.Path("f"), "user.color", []byte("red"), layer.XattrCreate); err != unix.EEXIST {
 		t.Fatalf("XATTR_CREATE on existing: %v", err)
 	}
 	if err := unix.Removexattr(m.Path("f"), "user.color"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := unix.Getxattr(m.Path("f"), "user.color", buf); err != unix.ENODATA {
+	if _, err := unix.Getxattr(m.Path("f"), "user.color", buf); err != layer.ENOATTR {
 		t.Fatalf("after remove: %v", err)
 	}
 	// On a symlink itself.

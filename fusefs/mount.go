@@ -15,7 +15,6 @@ import (
 
 	"cairnfs.dev/cairn/third_party/gofuse/fs"
 	"cairnfs.dev/cairn/third_party/gofuse/fuse"
-	"golang.org/x/sys/unix"
 
 	"cairnfs.dev/cairn/layer"
 )
@@ -122,33 +121,33 @@ var mountFlags = map[string]struct {
 	set   bool
 	flags uintptr
 }{
-	"ro": {true, syscall.MS_RDONLY}, "rw": {false, syscall.MS_RDONLY},
-	"nodev": {true, syscall.MS_NODEV}, "dev": {false, syscall.MS_NODEV},
-	"nosuid": {true, syscall.MS_NOSUID}, "suid": {false, syscall.MS_NOSUID},
-	"noexec": {true, syscall.MS_NOEXEC}, "exec": {false, syscall.MS_NOEXEC},
-	"sync": {true, syscall.MS_SYNCHRONOUS}, "async": {false, syscall.MS_SYNCHRONOUS},
-	"dirsync": {true, syscall.MS_DIRSYNC},
-	"noatime": {true, syscall.MS_NOATIME}, "atime": {false, syscall.MS_NOATIME},
-	"nodiratime": {true, syscall.MS_NODIRATIME}, "diratime": {false, syscall.MS_NODIRATIME},
-	"relatime": {true, syscall.MS_RELATIME}, "norelatime": {false, syscall.MS_RELATIME},
-	"strictatime": {true, syscall.MS_STRICTATIME}, "nostrictatime": {false, syscall.MS_STRICTATIME},
-	"lazytime": {true, unix.MS_LAZYTIME}, "nolazytime": {false, unix.MS_LAZYTIME},
+	"ro": {true, msRdonly}, "rw": {false, msRdonly},
+	"nodev": {true, msNodev}, "dev": {false, msNodev},
+	"nosuid": {true, msNosuid}, "suid": {false, msNosuid},
+	"noexec": {true, msNoexec}, "exec": {false, msNoexec},
+	"sync": {true, msSynchronous}, "async": {false, msSynchronous},
+	"dirsync": {true, msDirsync},
+	"noatime": {true, msNoatime}, "atime": {false, msNoatime},
+	"nodiratime": {true, msNodiratime}, "diratime": {false, msNodiratime},
+	"relatime": {true, msRelatime}, "norelatime": {false, msRelatime},
+	"strictatime": {true, msStrictatime}, "nostrictatime": {false, msStrictatime},
+	"lazytime": {true, msLazytime}, "nolazytime": {false, msLazytime},
 }
 
 // atimeFlags are the flags of mountFlags that say how atimes change.
-const atimeFlags = syscall.MS_NOATIME | syscall.MS_NODIRATIME | syscall.MS_RELATIME | syscall.MS_STRICTATIME
+const atimeFlags = msNoatime | msNodiratime | msRelatime | msStrictatime
 
 // AtimeOf is the atime policy of a mount with flags (from ParseMountFlags),
 // as mount(2) decides it: relatime unless noatime, strictatime over both,
 // nodiratime beside any of them; a read-only mount changes no atime.
 func AtimeOf(flags uintptr) layer.Atime {
-	a := layer.Atime{NoDir: flags&syscall.MS_NODIRATIME != 0}
+	a := layer.Atime{NoDir: flags&msNodiratime != 0}
 	switch {
-	case flags&syscall.MS_RDONLY != 0:
+	case flags&msRdonly != 0:
 		a.Mode = layer.NoAtime
-	case flags&syscall.MS_STRICTATIME != 0:
+	case flags&msStrictatime != 0:
 		a.Mode = layer.StrictAtime
-	case flags&syscall.MS_NOATIME != 0:
+	case flags&msNoatime != 0:
 		a.Mode = layer.NoAtime
 	}
 	return a
@@ -168,7 +167,7 @@ func MountFlagNames() []string {
 // from the FUSE default, nodev and nosuid; later options win. dev and suid
 // take effect for a mount made by root only (fusermount3 refuses them).
 func ParseMountFlags(opts []string) (uintptr, error) {
-	flags := uintptr(syscall.MS_NODEV | syscall.MS_NOSUID)
+	flags := uintptr(msNodev | msNosuid)
 	for _, o := range opts {
 		f, ok := mountFlags[o]
 		if !ok {
@@ -266,7 +265,7 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		//
 		// CAP_SETXATTR_EXT: a SETXATTR of an access ACL says when the
 		// caller may not keep the set-group-ID bit (see node.Setxattr).
-		ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_DONT_MASK | fuse.CAP_SETXATTR_EXT,
+		ExtraCapabilities: extraCaps,
 		// A bug in a layer must not take the mount down: the request
 		// fails with EIO and the operator gets the stack.
 		PanicHandler: func(v any) fuse.Status {
@@ -310,10 +309,10 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 	// go-fuse takes 0 for "the default" (nodev, nosuid): dev,suid with
 	// nothing else set gets MS_SILENT, which changes nothing else.
 	if flags == 0 {
-		flags = syscall.MS_SILENT
+		flags = msSilent
 	}
 	mopts.DirectMountFlags = flags
-	if os.Geteuid() != 0 {
+	if os.Geteuid() != 0 || !directMountFlags {
 		// fusermount3 takes them as words (and refuses dev and suid).
 		mopts.Options = append(mopts.Options, o.MountFlags...)
 	}
@@ -441,8 +440,8 @@ func (r *rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out
 }
 
 func (r *rawFS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
-	if in.SetXAttrFlags != 0 {
-		r.st.extras.Store(cancel, in.SetXAttrFlags)
+	if fl := setxattrFlags(in); fl != 0 {
+		r.st.extras.Store(cancel, fl)
 		defer r.st.extras.Delete(cancel)
 	}
 	return r.RawFileSystem.SetXAttr(cancel, in, attr, data)
@@ -460,23 +459,6 @@ type slogWriter struct{ l *slog.Logger }
 func (w *slogWriter) Write(p []byte) (int, error) {
 	w.l.Debug(strings.TrimRight(string(p), "\n"), "from", "go-fuse")
 	return len(p), nil
-}
-
-// Unmount unmounts mountpoint, lazily if it is busy and lazy is set.
-func Unmount(mountpoint string, lazy bool) error {
-	flags := 0
-	if lazy {
-		flags = syscall.MNT_DETACH
-	}
-	err := syscall.Unmount(mountpoint, flags)
-	if err == syscall.EPERM && os.Geteuid() != 0 {
-		args := []string{"-u", mountpoint}
-		if lazy {
-			args = []string{"-u", "-z", mountpoint}
-		}
-		return runFusermount(args)
-	}
-	return err
 }
 
 // changed makes the kernel fetch the attributes of the object id again (a

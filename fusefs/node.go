@@ -437,7 +437,7 @@ func setidToDrop(a layer.Attr, c *layer.Caller) uint32 {
 		return 0
 	}
 	drop := a.Mode & syscall.S_ISUID
-	if a.Mode&syscall.S_ISGID != 0 && (a.Mode&syscall.S_IXGRP != 0 || !inGroup(c, a.Gid)) {
+	if a.Mode&syscall.S_ISGID != 0 && (a.Mode&unix.S_IXGRP != 0 || !inGroup(c, a.Gid)) {
 		drop |= syscall.S_ISGID
 	}
 	return drop
@@ -633,7 +633,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		return syscall.EINVAL
 	}
 	gone := func() {}
-	if flags&unix.RENAME_EXCHANGE == 0 {
+	if flags&layer.RenameExchange == 0 {
 		gone = np.dirGone(callerCtx(ctx), newName, nw)
 	}
 	moving, replaced := n.GetChild(name), np.GetChild(newName)
@@ -643,7 +643,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		if moving != nil {
 			n.st.moved(moving.StableAttr().Ino, np.StableAttr().Ino)
 		}
-		if replaced != nil && flags&unix.RENAME_EXCHANGE != 0 {
+		if replaced != nil && flags&layer.RenameExchange != 0 {
 			n.st.moved(replaced.StableAttr().Ino, n.StableAttr().Ino)
 		}
 	}
@@ -684,7 +684,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	// on every local file system; the daemon set it as root, so the lower
 	// kept the bit. The kernel says so with SETXATTR_ACL_KILL_SGID.
 	if fc, ok := ctx.(*fuse.Context); ok {
-		if f, ok := n.st.extras.Load(fc.Cancel); ok && f.(uint32)&fuse.SETXATTR_ACL_KILL_SGID != 0 {
+		if f, ok := n.st.extras.Load(fc.Cancel); ok && f.(uint32)&setxattrACLKillSGID != 0 {
 			a, err := n.st.top.Getattr(cctx, p)
 			if err == nil && a.Mode&syscall.S_ISGID != 0 {
 				_, err = n.st.top.Setattr(daemonCtx(ctx), p, &layer.SetAttr{Valid: layer.SetMode, Mode: a.Mode & 07777 &^ syscall.S_ISGID})
@@ -788,13 +788,13 @@ func isEOF(err error) bool { return err == io.EOF }
 // renameCaps are the FS capabilities a renameat2 with flags needs.
 func renameCaps(flags uint32) layer.FSCaps {
 	var c layer.FSCaps
-	if flags&unix.RENAME_NOREPLACE != 0 {
+	if flags&layer.RenameNoreplace != 0 {
 		c |= layer.FSRenameNoReplace
 	}
-	if flags&unix.RENAME_EXCHANGE != 0 {
+	if flags&layer.RenameExchange != 0 {
 		c |= layer.FSRenameExchange
 	}
-	if flags&unix.RENAME_WHITEOUT != 0 {
+	if flags&layer.RenameWhiteout != 0 {
 		c |= layer.FSRenameWhiteout
 	}
 	return c

@@ -87,7 +87,7 @@ func (st *state) passOpened(req <-chan struct{}, s fuse.Status, out *fuse.OpenOu
 	switch {
 	case fd >= 0 && n.bk != nil && n.bk.dev == dev && n.bk.ino == ino:
 	case fd >= 0 && n.bk == nil && n.cached == 0:
-		id, errno := st.srv.RegisterBackingFd(&fuse.BackingMap{Fd: int32(fd)})
+		id, errno := registerBackingFd(st.srv, fd)
 		if errno != 0 {
 			// Not root, or no CAP_SYS_ADMIN: no passthrough for this mount.
 			st.ptOff = true
@@ -124,7 +124,7 @@ func (st *state) passOpened(req <-chan struct{}, s fuse.Status, out *fuse.OpenOu
 // backingFd is a new descriptor of the file f passes through to, with its
 // device and inode, or -1. st.ptMu is held.
 func (st *state) backingFd(f *file) (int, uint64, uint64) {
-	if st.ptOff || st.srv == nil || !st.passes(f.f.Caps()) {
+	if !kernelPassthrough || st.ptOff || st.srv == nil || !st.passes(f.f.Caps()) {
 		return -1, 0, 0
 	}
 	fd, ok := f.f.PassthroughFd()
@@ -136,7 +136,7 @@ func (st *state) backingFd(f *file) (int, uint64, uint64) {
 		syscall.Close(fd)
 		return -1, 0, 0
 	}
-	return fd, s.Dev, s.Ino
+	return fd, uint64(s.Dev), s.Ino
 }
 
 // passReleased: the kernel has let go of f.
@@ -147,7 +147,7 @@ func (st *state) passReleased(f *file) {
 	switch {
 	case f.bk != nil:
 		if f.bk.refs--; f.bk.refs == 0 {
-			if errno := st.srv.UnregisterBackingFd(f.bk.id); errno != 0 {
+			if errno := unregisterBackingFd(st.srv, f.bk.id); errno != 0 {
 				st.log.Warn("cannot unregister a backing file", "path", f.path, "err", errno)
 			}
 			if n != nil && n.bk == f.bk {

@@ -1,3 +1,5 @@
+//go:build linux
+
 package fusefs_test
 
 // POSIX semantics through a real mount, compared with ext4 (a plain

@@ -6,7 +6,6 @@ import (
 
 	"cairnfs.dev/cairn/third_party/gofuse/fs"
 	"cairnfs.dev/cairn/third_party/gofuse/fuse"
-	"golang.org/x/sys/unix"
 
 	"cairnfs.dev/cairn/layer"
 )
@@ -26,7 +25,7 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	if !ok {
 		return nil, nil, 0, syscall.ENOENT
 	}
-	lf, a, err := n.st.top.Tmpfile(n.st.creatorCtx(ctx), p, int(flags)&^unix.O_TMPFILE, mode)
+	lf, a, err := n.st.top.Tmpfile(n.st.creatorCtx(ctx), p, int(flags)&^oTmpfile, mode)
 	if err != nil {
 		return nil, nil, 0, n.st.errno("tmpfile", p, err)
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // Atime is how reading through a stack changes the access times of the
@@ -97,7 +95,7 @@ func TouchAtime(ctx context.Context, f File) bool {
 // leave its atime alone (a stat must not change it), unless the daemon may
 // not (EPERM: another user's file, for a daemon that is not root).
 func OpenNoAtime(ctx context.Context, fs FS, path string, flags int) (File, error) {
-	f, err := fs.Open(ctx, path, flags|unix.O_NOATIME)
+	f, err := fs.Open(ctx, path, flags|ONoatime)
 	if errors.Is(err, syscall.EPERM) {
 		return fs.Open(ctx, path, flags)
 	}

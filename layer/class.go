@@ -80,7 +80,7 @@ func (op *Op) Classes() (first, second Class) {
 	case "unlink", "rmdir":
 		return ClassDelete, 0
 	case "rename":
-		if op.Flags&unix.RENAME_EXCHANGE != 0 {
+		if op.Flags&RenameExchange != 0 {
 			k := ClassRename | ClassDelete | ClassCreate | ClassWrite
 			return k, k
 		}

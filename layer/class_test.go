@@ -27,7 +27,7 @@ func TestClasses(t *testing.T) {
 		{Op{Name: "setattr", Set: &SetAttr{Valid: SetMtime}}, ClassSetattr, 0},
 		{Op{Name: "setattr", Set: &SetAttr{Valid: SetSize | SetMode}}, ClassWrite | ClassSetattr, 0},
 		{Op{Name: "rename"}, ClassRename | ClassDelete, ClassRename | ClassCreate},
-		{Op{Name: "rename", Flags: unix.RENAME_EXCHANGE}, ClassRename | ClassDelete | ClassCreate | ClassWrite, ClassRename | ClassDelete | ClassCreate | ClassWrite},
+		{Op{Name: "rename", Flags: RenameExchange}, ClassRename | ClassDelete | ClassCreate | ClassWrite, ClassRename | ClassDelete | ClassCreate | ClassWrite},
 		{Op{Name: "link"}, 0, ClassCreate},
 		{Op{Name: "copy_file_range"}, ClassRead, ClassWrite},
 		{Op{Name: "unlink"}, ClassDelete, 0},

@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Op is one operation passing through a Hooked layer, as its Hook sees it.
@@ -230,7 +228,7 @@ func (h *Hooked) Rename(ctx context.Context, oldpath, newpath string, flags uint
 	return h.run(ctx, &Op{Name: "rename", Path: oldpath, Path2: newpath, Flags: int(flags)}, func() error {
 		err := h.Lower.Rename(ctx, oldpath, newpath, flags)
 		if err == nil {
-			h.renamed(oldpath, newpath, flags&unix.RENAME_EXCHANGE != 0)
+			h.renamed(oldpath, newpath, flags&RenameExchange != 0)
 		}
 		return err
 	})

@@ -213,7 +213,7 @@ func TestHookedFollowsRenames(t *testing.T) {
 	g, _, _ := r.Create(ctx, "g", unix.O_RDWR, 0o644)
 	r.Rename(ctx, "d", "e", 0)
 	r.Rename(ctx, "e/f", "e/h", 0)
-	r.Rename(ctx, "e/h", "g", unix.RENAME_EXCHANGE)
+	r.Rename(ctx, "e/h", "g", layer.RenameExchange)
 	r.ops = nil
 	f.Fsync(ctx, false)
 	g.Fsync(ctx, false)

@@ -86,7 +86,7 @@ type MetaBase struct {
 
 func (b *MetaBase) Getxattr(ctx context.Context, path, name string, dest []byte) (int, error) {
 	if b.Meta.Owns(name) {
-		return 0, syscall.ENODATA
+		return 0, ENOATTR
 	}
 	return b.Lower.Getxattr(ctx, path, name, dest)
 }

@@ -3,8 +3,6 @@ package layer
 import (
 	"context"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // Transform changes the bytes of regular files one file at a time (FiST's
@@ -305,7 +303,7 @@ func (fs *Transformed) Rename(ctx context.Context, oldpath, newpath string, flag
 	if err := fs.Lower.Rename(ctx, oldpath, newpath, flags); err != nil {
 		return err
 	}
-	if aerr == nil && a.IsRegular() && a.Nlink <= 1 && flags&unix.RENAME_EXCHANGE == 0 {
+	if aerr == nil && a.IsRegular() && a.Nlink <= 1 && flags&RenameExchange == 0 {
 		fs.T.Forget(ctx, a.ID())
 	}
 	return nil

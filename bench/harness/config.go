@@ -190,7 +190,7 @@ func (i *Instance) unmount() error {
 		time.Sleep(200 * time.Millisecond)
 	}
 	if mounted(i.Mnt) {
-		syscall.Unmount(i.Mnt, syscall.MNT_DETACH)
+		syscall.Unmount(i.Mnt, mntDetach)
 		return fmt.Errorf("umount: %v: %s (detached)", err, lastLine(out))
 	}
 	// Let the daemon finish writing back before the next step.

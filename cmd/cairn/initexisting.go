@@ -99,7 +99,7 @@ func initExisting(dir string, p crypt.InitParams, pass []byte, stderr io.Writer)
 	}
 	// Durable before it takes dir's place.
 	unix.Sync()
-	if err := unix.Renameat2(unix.AT_FDCWD, work, unix.AT_FDCWD, dir, unix.RENAME_EXCHANGE); err != nil {
+	if err := exchange(work, dir); err != nil {
 		return fail(fmt.Errorf("exchanging %s and %s: %w", work, dir, err))
 	}
 	kept := dir + ".plain-" + time.Now().UTC().Format("20060102T150405")
@@ -171,18 +171,18 @@ func (c *encrypter) one(p, rel string) error {
 	case rel == "":
 		// The root exists: its attributes only.
 	case mode == unix.S_IFDIR:
-		if _, err := c.dst.Mkdir(c.ctx, rel, st.Mode&0o7777); err != nil {
+		if _, err := c.dst.Mkdir(c.ctx, rel, uint32(st.Mode)&0o7777); err != nil {
 			return err
 		}
-	case mode == unix.S_IFREG && st.Nlink > 1 && c.links[[2]uint64{st.Dev, st.Ino}] != "":
-		_, err := c.dst.Link(c.ctx, c.links[[2]uint64{st.Dev, st.Ino}], rel)
+	case mode == unix.S_IFREG && st.Nlink > 1 && c.links[[2]uint64{uint64(st.Dev), st.Ino}] != "":
+		_, err := c.dst.Link(c.ctx, c.links[[2]uint64{uint64(st.Dev), st.Ino}], rel)
 		return err
 	case mode == unix.S_IFREG:
 		if err := c.file(p, rel, &st); err != nil {
 			return err
 		}
 		if st.Nlink > 1 {
-			c.links[[2]uint64{st.Dev, st.Ino}] = rel
+			c.links[[2]uint64{uint64(st.Dev), st.Ino}] = rel
 		}
 	case mode == unix.S_IFLNK:
 		target, err := os.Readlink(p)
@@ -197,7 +197,7 @@ func (c *encrypter) one(p, rel string) error {
 		c.dst.Setattr(c.ctx, rel, &layer.SetAttr{Valid: layer.SetUid | layer.SetGid, Uid: st.Uid, Gid: st.Gid})
 		return nil
 	default: // fifos, sockets, devices
-		if _, err := c.dst.Mknod(c.ctx, rel, st.Mode, st.Rdev); err != nil {
+		if _, err := c.dst.Mknod(c.ctx, rel, uint32(st.Mode), uint64(st.Rdev)); err != nil {
 			return err
 		}
 	}
@@ -300,7 +300,7 @@ func (c *encrypter) meta(p, rel string, st *unix.Stat_t) error {
 		return err
 	}
 	// The mode after the owner (chown clears set-id bits), then the times.
-	_, err = c.dst.Setattr(c.ctx, rel, &layer.SetAttr{Valid: layer.SetMode | layer.SetAtime | layer.SetMtime, Mode: st.Mode & 0o7777,
+	_, err = c.dst.Setattr(c.ctx, rel, &layer.SetAttr{Valid: layer.SetMode | layer.SetAtime | layer.SetMtime, Mode: uint32(st.Mode) & 0o7777,
 		Atime: st.Atim, Mtime: st.Mtim})
 	return err
 }

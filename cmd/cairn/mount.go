@@ -814,7 +814,7 @@ func lockHolder(f *os.File) int {
 	if syscall.Fstat(int(f.Fd()), &st) != nil {
 		return 0
 	}
-	id := fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+	id := fmt.Sprintf("%02x:%02x:%d", unix.Major(uint64(st.Dev)), unix.Minor(uint64(st.Dev)), st.Ino)
 	b, err := os.ReadFile("/proc/locks")
 	if err != nil {
 		return 0

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 )
 
 // progress shows how far a long piece of work went (fsck, convert, resync,
@@ -38,8 +38,7 @@ const (
 func newProgress(w io.Writer, what, unit string, total, totalBytes int64) *progress {
 	p := &progress{w: w, what: what, unit: unit, total: total, totalBytes: totalBytes, start: time.Now()}
 	if f, ok := w.(*os.File); ok {
-		_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-		p.tty = err == nil
+		p.tty = term.IsTerminal(int(f.Fd()))
 	}
 	p.last = p.start
 	return p

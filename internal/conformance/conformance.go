@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package conformance is the test suite every layer type runs: it mounts a
 // stack through FUSE and runs, through the kernel with ordinary system
 // calls, the same operations and edge cases on the mount and on a plain

@@ -179,14 +179,14 @@ func (w *treeWorker) step() string {
 		desc = "rmdir " + p
 		do = func(b string) string { return errText(unix.Rmdir(filepath.Join(b, p))) }
 	case op < 72:
-		flags := []uint{0, 0, unix.RENAME_NOREPLACE, unix.RENAME_EXCHANGE}[w.r.IntN(4)]
-		if w.c.NoExchange && flags == unix.RENAME_EXCHANGE || w.c.NoRenameFlags {
+		flags := []uint{0, 0, renameNoreplace, renameExchange}[w.r.IntN(4)]
+		if w.c.NoExchange && flags == renameExchange || w.c.NoRenameFlags {
 			flags = 0
 		}
 		mayEXDEV = w.c.RenameEXDEV
 		desc = fmt.Sprintf("rename %s %s flags %d", p, q, flags)
 		do = func(b string) string {
-			return errText(unix.Renameat2(unix.AT_FDCWD, filepath.Join(b, p), unix.AT_FDCWD, filepath.Join(b, q), flags))
+			return errText(renameat2(filepath.Join(b, p), filepath.Join(b, q), flags))
 		}
 	case op < 80:
 		desc = "link " + p + " " + q

@@ -14,7 +14,7 @@ import (
 // written through a memfd, by the kernel.
 func MapCopyOut(t testing.TB, b []byte) []byte {
 	t.Helper()
-	fd, err := unix.MemfdCreate("map", 0)
+	fd, err := memfd("map")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +29,7 @@ func MapCopyOut(t testing.TB, b []byte) []byte {
 
 func MapCopyIn(t testing.TB, b []byte, data string) {
 	t.Helper()
-	fd, err := unix.MemfdCreate("map", 0)
+	fd, err := memfd("map")
 	if err != nil {
 		t.Fatal(err)
 	}

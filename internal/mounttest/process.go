@@ -137,7 +137,7 @@ func (p *Process) start(spec string, extra []string) {
 func (p *Process) Kill() {
 	p.Cmd.Process.Signal(syscall.SIGKILL)
 	p.Cmd.Wait()
-	syscall.Unmount(p.Dir, syscall.MNT_DETACH)
+	syscall.Unmount(p.Dir, mntDetach)
 	p.done = true
 }
 
@@ -156,7 +156,7 @@ func (p *Process) Unmount() {
 	}
 	if err != nil {
 		p.t.Errorf("unmount %s: %v", p.Dir, err)
-		syscall.Unmount(p.Dir, syscall.MNT_DETACH)
+		syscall.Unmount(p.Dir, mntDetach)
 	}
 	ch := make(chan error, 1)
 	go func() { ch <- p.Cmd.Wait() }()

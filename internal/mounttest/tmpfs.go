@@ -25,12 +25,12 @@ func TmpfsFlags(t testing.TB, dir string, flags uintptr) string {
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mount("cairn-test", dir, "tmpfs", flags, "size=64m,mode=0755"); err != nil {
+	if err := mountTmpfs(dir, flags); err != nil {
 		t.Fatalf("mount tmpfs on %s: %v", dir, err)
 	}
 	t.Cleanup(func() {
 		if err := syscall.Unmount(dir, 0); err != nil {
-			syscall.Unmount(dir, syscall.MNT_DETACH)
+			syscall.Unmount(dir, mntDetach)
 		}
 	})
 	return dir

@@ -39,8 +39,6 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
 	"cairnfs.dev/cairn/layer"
 	"cairnfs.dev/cairn/registry"
 )
@@ -98,7 +96,7 @@ func (fs *FS) Before(ctx context.Context, op *layer.Op) error {
 		return fs.gain(rs, c, op, op.Path, op.Path2, func() bool { return false })
 	case "rename":
 		// Replacing a file is also a write of it.
-		if op.Flags&(unix.RENAME_EXCHANGE|unix.RENAME_NOREPLACE) == 0 {
+		if op.Flags&(layer.RenameExchange|layer.RenameNoreplace) == 0 {
 			if _, err := fs.Lower.Getattr(ctx, op.Path2); err == nil {
 				second |= Write
 			}
@@ -115,7 +113,7 @@ func (fs *FS) Before(ctx context.Context, op *layer.Op) error {
 		if err := fs.gain(rs, c, op, op.Path, op.Path2, isDir(op.Path)); err != nil {
 			return err
 		}
-		if op.Flags&unix.RENAME_EXCHANGE != 0 {
+		if op.Flags&layer.RenameExchange != 0 {
 			return fs.gain(rs, c, op, op.Path2, op.Path, isDir(op.Path2))
 		}
 		return nil

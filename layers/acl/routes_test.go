@@ -1,3 +1,5 @@
+//go:build linux
+
 package acl_test
 
 import (
@@ -7,8 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"cairnfs.dev/cairn/internal/mounttest"
 	"cairnfs.dev/cairn/layer"
@@ -76,10 +76,10 @@ func TestRenameIsDeleteAndCreate(t *testing.T) {
 	h := startHelper(t, nobody, m.Dir)
 	os.WriteFile(filepath.Join(lower, "pub/x1"), []byte("x1\n"), 0o666)
 	for _, c := range []struct{ cmd, want string }{
-		{fmt.Sprintf("rename2 pub/x1 docs/a %d", unix.RENAME_EXCHANGE), "err EACCES"},
-		{fmt.Sprintf("rename2 pub/x1 keep/f %d", unix.RENAME_EXCHANGE), "err EACCES"},
-		{fmt.Sprintf("rename2 pub/x1 ro/x1 %d", unix.RENAME_NOREPLACE), "err EACCES"},
-		{fmt.Sprintf("rename2 pub/x1 pub/x2 %d", unix.RENAME_NOREPLACE), "ok"},
+		{fmt.Sprintf("rename2 pub/x1 docs/a %d", layer.RenameExchange), "err EACCES"},
+		{fmt.Sprintf("rename2 pub/x1 keep/f %d", layer.RenameExchange), "err EACCES"},
+		{fmt.Sprintf("rename2 pub/x1 ro/x1 %d", layer.RenameNoreplace), "err EACCES"},
+		{fmt.Sprintf("rename2 pub/x1 pub/x2 %d", layer.RenameNoreplace), "ok"},
 	} {
 		if got := h.do(c.cmd); got != c.want {
 			t.Errorf("uid %d: %s: %s, want %s", nobody.Uid, c.cmd, got, c.want)

@@ -119,7 +119,7 @@ func program(p string) (fileID, error) {
 	if n, _ := f.ReadAt(head[:], 0); n == 2 && string(head[:]) == "#!" {
 		return fileID{}, fmt.Errorf("program %q: %s is a script, and a process running it is its interpreter: name the interpreter (which matches every script it runs)", p, path)
 	}
-	return fileID{st.Dev, st.Ino}, nil
+	return fileID{uint64(st.Dev), st.Ino}, nil
 }
 
 // who is a caller as the rules see it during one operation: what is read

@@ -299,7 +299,7 @@ func (fs *FS) forget(ctx context.Context, id layer.ID) {
 func (fs *FS) readRecord(ctx context.Context, p string) ([]string, *link, error) {
 	v, err := fs.Meta.Get(ctx, p, metaKey)
 	switch {
-	case err == syscall.ENODATA || err == syscall.EOPNOTSUPP || err == syscall.EPERM:
+	case err == layer.ENOATTR || err == syscall.EOPNOTSUPP || err == syscall.EPERM:
 		return nil, nil, nil
 	case err != nil:
 		return nil, nil, err
@@ -675,7 +675,7 @@ func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32)
 	if err != nil {
 		return err
 	}
-	if aerr == nil && a.IsRegular() && a.Nlink <= 1 && flags&unix.RENAME_EXCHANGE == 0 {
+	if aerr == nil && a.IsRegular() && a.Nlink <= 1 && flags&layer.RenameExchange == 0 {
 		fs.forget(ctx, a.ID())
 	}
 	return nil
@@ -723,11 +723,11 @@ func (fs *FS) Setxattr(ctx context.Context, p, name string, value []byte, flags 
 			return syscall.EINVAL
 		}
 		cur, rerr := fs.record(ctx, p)
-		if flags&unix.XATTR_CREATE != 0 && rerr == nil && cur != nil {
+		if flags&layer.XattrCreate != 0 && rerr == nil && cur != nil {
 			return syscall.EEXIST
 		}
-		if flags&unix.XATTR_REPLACE != 0 && rerr == nil && cur == nil {
-			return syscall.ENODATA
+		if flags&layer.XattrReplace != 0 && rerr == nil && cur == nil {
+			return layer.ENOATTR
 		}
 		return fs.convert(ctx, p, names)
 	}
@@ -761,7 +761,7 @@ func (fs *FS) Getxattr(ctx context.Context, p, name string, dest []byte) (int, e
 		}
 	}
 	if v == "" {
-		return 0, syscall.ENODATA
+		return 0, layer.ENOATTR
 	}
 	if len(dest) == 0 {
 		return len(v), nil
@@ -784,7 +784,7 @@ func (fs *FS) Removexattr(ctx context.Context, p, name string) error {
 		return err
 	}
 	if names == nil {
-		return syscall.ENODATA
+		return layer.ENOATTR
 	}
 	return fs.convert(ctx, p, nil)
 }

@@ -454,7 +454,7 @@ func (fs *FS) setLink(ctx context.Context, p string, l *link) error {
 	}
 	if l == nil {
 		if cur == nil {
-			return syscall.ENODATA
+			return layer.ENOATTR
 		}
 		return fs.Meta.Remove(ctx, p, metaKey)
 	}

@@ -1,3 +1,5 @@
+//go:build linux
+
 package chains_test
 
 import (
@@ -437,7 +439,7 @@ func TestConvertUnderLoad(t *testing.T) {
 	for time.Now().Before(deadline) && len(errs) == 0 {
 		switch r.IntN(3) {
 		case 0:
-			if err := unix.Renameat2(unix.AT_FDCWD, m.Path("x"), unix.AT_FDCWD, m.Path("y"), unix.RENAME_EXCHANGE); err != nil {
+			if err := unix.Renameat2(unix.AT_FDCWD, m.Path("x"), unix.AT_FDCWD, m.Path("y"), layer.RenameExchange); err != nil {
 				t.Fatal(err)
 			}
 		default:

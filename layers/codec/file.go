@@ -47,7 +47,7 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 		off = s.size
 	}
 	n, err := s.writeAt(ctx, p, off)
-	if err == nil && f.flags&(unix.O_SYNC|unix.O_DSYNC) != 0 {
+	if err == nil && f.flags&(unix.O_SYNC|layer.ODsync) != 0 {
 		err = s.sync(ctx, true, false)
 	}
 	return n, err
@@ -164,15 +164,15 @@ func (f *File) Allocate(ctx context.Context, off, length int64, mode uint32) err
 	if off < 0 || length <= 0 {
 		return syscall.EINVAL
 	}
-	keep := mode&unix.FALLOC_FL_KEEP_SIZE != 0
-	switch mode &^ unix.FALLOC_FL_KEEP_SIZE {
+	keep := mode&layer.FallocKeepSize != 0
+	switch mode &^ layer.FallocKeepSize {
 	case 0:
-	case unix.FALLOC_FL_PUNCH_HOLE:
+	case layer.FallocPunchHole:
 		if !keep {
 			return syscall.EINVAL
 		}
 		return s.punch(ctx, off, length)
-	case unix.FALLOC_FL_ZERO_RANGE:
+	case layer.FallocZeroRange:
 		if err := s.punch(ctx, off, length); err != nil {
 			return err
 		}

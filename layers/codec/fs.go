@@ -697,7 +697,7 @@ type settling struct{}
 type expectID struct{}
 
 // lowerFlags are the flags the engine keeps for its own lower handle.
-const handleFlags = unix.O_APPEND | unix.O_SYNC | unix.O_DSYNC | unix.O_ACCMODE
+const handleFlags = unix.O_APPEND | unix.O_SYNC | layer.ODsync | unix.O_ACCMODE
 
 func (fs *Engine) Open(ctx context.Context, path, name string, flags int) (layer.File, error) {
 	trunc := flags&unix.O_TRUNC != 0 && flags&unix.O_ACCMODE != unix.O_RDONLY

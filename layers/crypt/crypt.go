@@ -816,7 +816,7 @@ func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32)
 	if err != nil {
 		return err
 	}
-	exchange := flags&unix.RENAME_EXCHANGE != 0
+	exchange := flags&layer.RenameExchange != 0
 	if !exchange {
 		if err := fs.writeLong(ctx, nlp, nlong); err != nil {
 			return err
@@ -827,7 +827,7 @@ func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32)
 		dropTarget = fs.dropLongLink(ctx, nlp) // a symlink replaced
 	}
 	err = fs.Lower.Rename(ctx, olp, nlp, flags)
-	if (errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST)) && !exchange && flags&unix.RENAME_NOREPLACE == 0 {
+	if (errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST)) && !exchange && flags&layer.RenameNoreplace == 0 {
 		// The target may be a directory that holds only its IV.
 		restore, eerr := fs.emptyOwn(ctx, newpath, nlp)
 		if eerr != nil {
@@ -849,7 +849,7 @@ func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32)
 	fs.cache.drop(newpath)
 	// The old name's side file goes with its entry, unless a whiteout
 	// now stands under that name.
-	if !exchange && olp != nlp && flags&unix.RENAME_WHITEOUT == 0 {
+	if !exchange && olp != nlp && flags&layer.RenameWhiteout == 0 {
 		fs.dropLong(ctx, olp, olong)
 	}
 	return nil

@@ -1,3 +1,5 @@
+//go:build linux
+
 package crypt
 
 import (
@@ -221,7 +223,7 @@ func TestPunchHole(t *testing.T) {
 	}
 	defer f.Close()
 	before := allocated(t, lowerFile(t, dir))
-	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 1000, 600<<10); err != nil {
+	if err := unix.Fallocate(int(f.Fd()), layer.FallocPunchHole|layer.FallocKeepSize, 1000, 600<<10); err != nil {
 		t.Fatal(err)
 	}
 	clear(data[1000 : 1000+600<<10])

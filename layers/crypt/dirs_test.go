@@ -1,3 +1,5 @@
+//go:build linux
+
 package crypt
 
 import (
@@ -474,7 +476,7 @@ func TestWhiteoutLongName(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(root, n), []byte(n), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			err := unix.Renameat2(unix.AT_FDCWD, filepath.Join(root, n), unix.AT_FDCWD, filepath.Join(root, n+".moved"), unix.RENAME_WHITEOUT)
+			err := unix.Renameat2(unix.AT_FDCWD, filepath.Join(root, n), unix.AT_FDCWD, filepath.Join(root, n+".moved"), layer.RenameWhiteout)
 			if err != nil {
 				t.Fatalf("%s: renameat2 %s: %v", root, n[:5], err)
 			}

@@ -109,7 +109,7 @@ var _ layer.File = (*file)(nil)
 // layer places every block itself), no O_TRUNC (done under the file's
 // lock), no O_DIRECT (blocks are not aligned).
 func lowerFlags(flags int) int {
-	flags &^= unix.O_APPEND | unix.O_TRUNC | unix.O_DIRECT | unix.O_CREAT | unix.O_EXCL
+	flags &^= unix.O_APPEND | unix.O_TRUNC | layer.ODirect | unix.O_CREAT | unix.O_EXCL
 	if flags&unix.O_ACCMODE == unix.O_WRONLY {
 		flags = flags&^unix.O_ACCMODE | unix.O_RDWR
 	}
@@ -303,7 +303,7 @@ func (f *file) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	buf := *bp
 	if len(p) >= readaheadMin && !f.seq.Swap(true) {
 		if fd, ok := f.lower.PassthroughFd(); ok {
-			unix.Fadvise(fd, 0, 0, unix.FADV_SEQUENTIAL)
+			adviseSequential(fd)
 			unix.Close(fd)
 		}
 	}
@@ -984,19 +984,19 @@ func (f *file) Allocate(ctx context.Context, off, length int64, mode uint32) err
 			return f.write(ctx, nil, size, end-size, size, false)
 		}
 		return nil
-	case unix.FALLOC_FL_KEEP_SIZE:
+	case layer.FallocKeepSize:
 		return nil
-	case unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE:
+	case layer.FallocPunchHole | layer.FallocKeepSize:
 		if end = min(end, size); end > off {
 			return f.punch(ctx, off, end, size)
 		}
 		return nil
-	case unix.FALLOC_FL_ZERO_RANGE | unix.FALLOC_FL_KEEP_SIZE:
+	case layer.FallocZeroRange | layer.FallocKeepSize:
 		if end = min(end, size); end > off {
 			return f.zero(ctx, off, end, size)
 		}
 		return nil
-	case unix.FALLOC_FL_ZERO_RANGE:
+	case layer.FallocZeroRange:
 		if err := f.zero(ctx, off, min(end, size), size); err != nil {
 			return err
 		}
@@ -1046,7 +1046,7 @@ func (f *file) punch(ctx context.Context, off, end, size int64) error {
 		}
 	}
 	lo := c.blockOffset(uint64(b0))
-	err = f.lower.Allocate(ctx, lo, c.blockOffset(uint64(b1))-lo, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE)
+	err = f.lower.Allocate(ctx, lo, c.blockOffset(uint64(b1))-lo, layer.FallocPunchHole|layer.FallocKeepSize)
 	if errors.Is(err, syscall.EOPNOTSUPP) {
 		return f.zero(ctx, off, end, size)
 	}

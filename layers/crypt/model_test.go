@@ -78,7 +78,7 @@ func TestModelInProcess(t *testing.T) {
 				grow(n)
 			case op < 8:
 				off, n := r.IntN(max), 1+r.IntN(100000)
-				if err := f1.Allocate(ctx, int64(off), int64(n), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE); err != nil {
+				if err := f1.Allocate(ctx, int64(off), int64(n), layer.FallocPunchHole|layer.FallocKeepSize); err != nil {
 					t.Fatal(err)
 				}
 				if off < len(model) {

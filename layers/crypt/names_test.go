@@ -1,3 +1,5 @@
+//go:build linux
+
 package crypt
 
 import (
@@ -102,7 +104,7 @@ func TestNamesThroughMount(t *testing.T) {
 		t.Errorf("c/same: %q", b)
 	}
 	// Exchange two directories.
-	must(unix.Renameat2(unix.AT_FDCWD, m.Path("a"), unix.AT_FDCWD, m.Path("c"), unix.RENAME_EXCHANGE))
+	must(unix.Renameat2(unix.AT_FDCWD, m.Path("a"), unix.AT_FDCWD, m.Path("c"), layer.RenameExchange))
 	if b, _ := os.ReadFile(m.Path("a", "b", "new")); string(b) != "3" {
 		t.Errorf("after exchange: %q", b)
 	}
@@ -139,11 +141,11 @@ func TestNamesThroughMount(t *testing.T) {
 	if fmt.Sprint(names) != "[user.a/b user.colour]" {
 		t.Errorf("listxattr: %q", names)
 	}
-	if err := unix.Setxattr(m.Path("ro", "f"), "user.colour", []byte("red"), unix.XATTR_CREATE); !errors.Is(err, syscall.EEXIST) {
+	if err := unix.Setxattr(m.Path("ro", "f"), "user.colour", []byte("red"), layer.XattrCreate); !errors.Is(err, syscall.EEXIST) {
 		t.Errorf("XATTR_CREATE over an existing one: %v", err)
 	}
 	must(unix.Removexattr(m.Path("ro", "f"), "user.colour"))
-	if _, err := unix.Getxattr(m.Path("ro", "f"), "user.colour", buf); !errors.Is(err, unix.ENODATA) {
+	if _, err := unix.Getxattr(m.Path("ro", "f"), "user.colour", buf); !errors.Is(err, layer.ENOATTR) {
 		t.Errorf("removed xattr: %v", err)
 	}
 	lf, _ := fs.lowerPath(context.Background(), "ro/f")

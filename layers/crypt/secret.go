@@ -250,11 +250,6 @@ var keyMem struct {
 // maxLocked bounds the memory the layer locks (a few volumes' keys).
 const maxLocked = 64 << 10
 
-// protectProcess makes the process non-dumpable.
-func protectProcess() {
-	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
-}
-
 // keep moves a key into protected memory and clears the original.
 func keep(k []byte) []byte {
 	keyMem.Lock()
@@ -266,7 +261,7 @@ func keep(k []byte) []byte {
 			// No mapping: the key stays on the heap.
 			return k
 		}
-		unix.Madvise(b, unix.MADV_DONTDUMP)
+		adviseNoDump(b)
 		if keyMem.locked+size <= maxLocked && unix.Mlock(b) == nil {
 			keyMem.locked += size
 		}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"strings"
 	"syscall"
+
+	"cairnfs.dev/cairn/layer"
 )
 
 // Extended attributes: the name is encrypted like a file name (AES-SIV with
@@ -80,7 +82,7 @@ func (fs *FS) Getxattr(ctx context.Context, path, name string, dest []byte) (int
 	}
 	if isACL(name) {
 		n, err := fs.Lower.Getxattr(ctx, lp, name, dest)
-		if !errors.Is(err, syscall.ENODATA) {
+		if !errors.Is(err, layer.ENOATTR) {
 			return n, err
 		}
 	}

@@ -2,7 +2,6 @@ package local
 
 import (
 	"container/list"
-	"strconv"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -60,7 +59,7 @@ func (c *fdCache) init(rootFd, limit int) {
 	if !ok {
 		return
 	}
-	fd, err := unix.OpenByHandleAt(dir, h, unix.O_RDONLY|unix.O_CLOEXEC)
+	fd, err := openByHandleAt(dir, h, unix.O_RDONLY|unix.O_CLOEXEC)
 	if err != nil {
 		unix.Close(dir)
 		return
@@ -71,15 +70,15 @@ func (c *fdCache) init(rootFd, limit int) {
 
 // rootMount opens the root directory for open_by_handle_at, which wants a
 // descriptor that is not O_PATH, and gives its handle and its mount's id.
-func rootMount(rootFd int) (int, unix.FileHandle, int, bool) {
+func rootMount(rootFd int) (int, fileHandle, int, bool) {
 	dir, err := unix.Openat(rootFd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, unix.FileHandle{}, 0, false
+		return -1, fileHandle{}, 0, false
 	}
-	h, mnt, err := unix.NameToHandleAt(dir, "", unix.AT_EMPTY_PATH)
+	h, mnt, err := nameToHandleAt(dir, "", atEmptyPath)
 	if err != nil {
 		unix.Close(dir)
-		return -1, unix.FileHandle{}, 0, false
+		return -1, fileHandle{}, 0, false
 	}
 	return dir, h, mnt, true
 }
@@ -122,7 +121,7 @@ func (f *File) get(pin bool) (int, error) {
 		if f.released {
 			return -1, unix.EBADF
 		}
-		fd, err := unix.OpenByHandleAt(f.mountFd, f.handle, f.reopenFlags())
+		fd, err := openByHandleAt(f.mountFd, f.handle, f.reopenFlags())
 		if err != nil {
 			return -1, err
 		}
@@ -152,7 +151,7 @@ func (f *File) put() {
 // reopenFlags are the file's open flags without those that act only when
 // a file is opened by name.
 func (f *File) reopenFlags() int {
-	return f.flags&^(unix.O_CREAT|unix.O_EXCL|unix.O_TRUNC|unix.O_NOCTTY|unix.O_NOFOLLOW|unix.O_PATH) | unix.O_CLOEXEC
+	return f.flags&^(unix.O_CREAT|unix.O_EXCL|unix.O_TRUNC|unix.O_NOCTTY|unix.O_NOFOLLOW|oPath) | unix.O_CLOEXEC
 }
 
 // pin keeps f's descriptor (c.mu held; f holds one).
@@ -185,17 +184,17 @@ func (c *fdCache) closeFd(f *File) {
 		c.pin(f)
 		return
 	}
-	key := fileKey{st.Dev, st.Ino}
+	key := fileKey{uint64(st.Dev), st.Ino}
 	if c.removing[key] > 0 {
 		return // its name is going: leave it for now
 	}
 	if !f.hasHandle {
-		h, mnt, err := unix.NameToHandleAt(f.fd, "", unix.AT_EMPTY_PATH)
+		h, mnt, err := nameToHandleAt(f.fd, "", atEmptyPath)
 		if err != nil {
 			c.pin(f)
 			return
 		}
-		mfd, ok := c.mountFd(mnt, f.fd, st.Mode)
+		mfd, ok := c.mountFd(mnt, f.fd, uint32(st.Mode))
 		if !ok {
 			c.pin(f)
 			return
@@ -225,7 +224,7 @@ func (c *fdCache) mountFd(mnt, fd int, mode uint32) (int, bool) {
 	if t := mode & unix.S_IFMT; t != unix.S_IFREG && t != unix.S_IFDIR {
 		return -1, false
 	}
-	m, err := unix.Open("/proc/self/fd/"+strconv.Itoa(fd), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	m, err := unix.Open(fdPath(fd), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, false
 	}
@@ -284,7 +283,7 @@ func (c *fdCache) removeName(dirfd int, name string, remove func() error) error 
 	if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		return remove()
 	}
-	key := fileKey{st.Dev, st.Ino}
+	key := fileKey{uint64(st.Dev), st.Ino}
 	c.mu.Lock()
 	if c.removing == nil {
 		c.removing = make(map[fileKey]int)
@@ -295,7 +294,7 @@ func (c *fdCache) removeName(dirfd int, name string, remove func() error) error 
 	var reopened []*File
 	if st.Nlink <= 1 || c.removing[key] > 1 {
 		for _, f := range append([]*File(nil), c.closed[key]...) {
-			if fd, err := unix.OpenByHandleAt(f.mountFd, f.handle, f.reopenFlags()); err == nil {
+			if fd, err := openByHandleAt(f.mountFd, f.handle, f.reopenFlags()); err == nil {
 				f.fd = fd
 				c.forgetClosed(f)
 				f.pinned = true
@@ -336,13 +335,13 @@ func (c *fdCache) close() {
 // handleOf gives a file handle of fd, an open file of type typ (S_IFDIR or
 // S_IFREG), and the descriptor of its mount to reopen it with
 // (open_by_handle_at); false where handles do not work here.
-func (c *fdCache) handleOf(fd int, typ uint32) (unix.FileHandle, int, bool) {
+func (c *fdCache) handleOf(fd int, typ uint32) (fileHandle, int, bool) {
 	if !c.handles {
-		return unix.FileHandle{}, -1, false
+		return fileHandle{}, -1, false
 	}
-	h, mnt, err := unix.NameToHandleAt(fd, "", unix.AT_EMPTY_PATH)
+	h, mnt, err := nameToHandleAt(fd, "", atEmptyPath)
 	if err != nil {
-		return unix.FileHandle{}, -1, false
+		return fileHandle{}, -1, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

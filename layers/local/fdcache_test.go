@@ -147,7 +147,7 @@ func TestRemovingNotLastNamePinsNothing(t *testing.T) {
 	}
 	for i := range files {
 		// A replacing rename that fails, then an unlink of one of two names.
-		if err := fs.Rename(ctx, "x", fmt.Sprintf("f%d", i), unix.RENAME_NOREPLACE); err != unix.EEXIST {
+		if err := fs.Rename(ctx, "x", fmt.Sprintf("f%d", i), layer.RenameNoreplace); err != unix.EEXIST {
 			t.Fatalf("rename onto f%d with RENAME_NOREPLACE: %v, want EEXIST", i, err)
 		}
 		if err := fs.Unlink(ctx, fmt.Sprintf("f%d", i)); err != nil {

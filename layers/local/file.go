@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"math"
-	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -28,7 +27,7 @@ type File struct {
 	released  bool
 	elem      *list.Element // in the cache's LRU list
 	hasHandle bool
-	handle    unix.FileHandle
+	handle    fileHandle
 	mountFd   int
 	key       fileKey // while closed
 	lateErr   error   // from closing the descriptor; the next Flush, Fsync or Release reports it
@@ -127,12 +126,8 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (done int, err 
 
 func (f *File) Getattr(ctx context.Context) (a layer.Attr, err error) {
 	err = f.with(func(fd int) error {
-		var st unix.Statx_t
-		if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, statxMask, &st); err != nil {
-			return err
-		}
-		a = layer.AttrFromStatx(&st)
-		return nil
+		a, err = statFd(fd)
+		return err
 	})
 	return a, err
 }
@@ -163,7 +158,7 @@ func (f *File) Setattr(ctx context.Context, in *layer.SetAttr) (layer.Attr, erro
 			}
 		}
 		if ts, ok := times(in); ok {
-			return unix.UtimesNanoAt(fd, "", ts[:], unix.AT_EMPTY_PATH)
+			return utimensFd(fd, ts)
 		}
 		return nil
 	})
@@ -193,7 +188,7 @@ func (f *File) Fsync(ctx context.Context, datasync bool) error {
 	late := f.takeLateErr()
 	err := f.with(func(fd int) error {
 		if datasync {
-			return unix.Fdatasync(fd)
+			return fdatasync(fd)
 		}
 		return unix.Fsync(fd)
 	})
@@ -206,7 +201,7 @@ func (f *File) Fsync(ctx context.Context, datasync bool) error {
 func (f *File) Release(ctx context.Context) error { return f.fs.fds.release(f) }
 
 func (f *File) Allocate(ctx context.Context, off, length int64, mode uint32) error {
-	return f.with(func(fd int) error { return unix.Fallocate(fd, mode, off, length) })
+	return f.with(func(fd int) error { return fallocate(fd, mode, off, length) })
 }
 
 func (f *File) Lseek(ctx context.Context, off int64, whence int) (o int64, err error) {
@@ -224,7 +219,7 @@ func (f *File) CopyFileRange(ctx context.Context, offIn int64, dst layer.File, o
 	}
 	err = f.with(func(in int) error {
 		return d.with(func(out int) error {
-			m, err := unix.CopyFileRange(in, &offIn, out, &offOut, int(n), int(flags))
+			m, err := copyFileRange(in, &offIn, out, &offOut, int(n), int(flags))
 			c = int64(m)
 			return err
 		})
@@ -242,7 +237,7 @@ func (f *File) Getlk(ctx context.Context, owner uint64, lk *layer.Lock, flags ui
 	}
 	defer f.put()
 	fl := toFlock(lk)
-	if err := unix.FcntlFlock(uintptr(fd), unix.F_OFD_GETLK, &fl); err != nil {
+	if err := fcntlOFD(fd, fOFDGetlk, &fl); err != nil {
 		return layer.Lock{}, err
 	}
 	return fromFlock(&fl), nil
@@ -268,11 +263,11 @@ func (f *File) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, flags ui
 		return unix.Flock(fd, op)
 	}
 	fl := toFlock(lk)
-	cmd := unix.F_OFD_SETLK
+	cmd := fOFDSetlk
 	if wait {
-		cmd = unix.F_OFD_SETLKW
+		cmd = fOFDSetlkw
 	}
-	return unix.FcntlFlock(uintptr(fd), cmd, &fl)
+	return fcntlOFD(fd, cmd, &fl)
 }
 
 func toFlock(lk *layer.Lock) unix.Flock_t {
@@ -323,10 +318,10 @@ func (f *File) PassthroughFd() (int, bool) {
 // descriptor (/proc/self/fd/N), which reaches it whether or not it still
 // has a name (layer.FileReopener).
 func (f *File) ReopenFile(ctx context.Context, flags int) (layer.File, error) {
-	flags &^= unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_PATH
+	flags &^= unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | oPath
 	var nfd int
 	err := f.with(func(fd int) (err error) {
-		nfd, err = unix.Open("/proc/self/fd/"+strconv.Itoa(fd), flags|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+		nfd, err = reopenFd(fd, flags)
 		return err
 	})
 	if err != nil {

@@ -9,6 +9,11 @@
 // number of descriptors grows neither with the number of files nor with
 // the number of open files (see dirCache and fdCache).
 //
+// Off Linux, where there is no openat2, the paths are walked a name at a
+// time with openat(O_NOFOLLOW) (and O_RESOLVE_BENEATH on FreeBSD), which
+// keeps the same guarantee (beneath.go); what else differs there is in the
+// *_other.go files and docs/portability.md.
+//
 // Objects are created with the caller's identity and umask: the creating
 // thread takes the caller's fsuid, fsgid and supplementary groups, so
 // ownership, setgid directories and the lower file system's own permission
@@ -24,7 +29,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -55,7 +59,7 @@ var _ layer.FS = (*FS)(nil)
 
 // New opens the directory at root.
 func New(root string) (*FS, error) {
-	fd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(root, oPath|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("local: cannot open directory %s: %w", root, err)
 	}
@@ -65,7 +69,7 @@ func New(root string) (*FS, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("local: %s: %w", root, err)
 	}
-	fs.rootDev, fs.rootIno = st.Dev, st.Ino
+	fs.rootDev, fs.rootIno = uint64(st.Dev), st.Ino
 	fs.networked = networked(fd)
 	limit := nofile()
 	fs.dirs.size = min(dirCacheSize, max(limit/4, 4))
@@ -85,7 +89,7 @@ func (fs *FS) RootMoved() error {
 	if err := unix.Stat(fs.root, &st); err != nil {
 		return fmt.Errorf("%s: %w", fs.root, err)
 	}
-	if st.Dev != fs.rootDev || st.Ino != fs.rootIno {
+	if uint64(st.Dev) != fs.rootDev || st.Ino != fs.rootIno {
 		return fmt.Errorf("%s is another directory now (device %d inode %d, was %d %d)", fs.root, st.Dev, st.Ino, fs.rootDev, fs.rootIno)
 	}
 	return nil
@@ -107,46 +111,6 @@ func (fs *FS) Close() error {
 	return err
 }
 
-const resolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
-
-// openFlags are the open(2) flags openat2 accepts from a caller; the
-// kernel's FUSE requests may carry internal bits that openat2 refuses.
-const openFlags = unix.O_ACCMODE | unix.O_APPEND | unix.O_CREAT | unix.O_EXCL | unix.O_TRUNC |
-	unix.O_NONBLOCK | unix.O_DSYNC | unix.O_SYNC | unix.O_DIRECT | unix.O_NOATIME |
-	unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_PATH | unix.O_LARGEFILE
-
-// openBeneath opens path below the directory dirfd. A path longer than the
-// kernel takes (PATH_MAX, which layers that lengthen names reach before their
-// callers do) is opened a piece at a time, each piece beneath the last.
-func openBeneath(dirfd int, path string, flags int, mode uint32) (int, error) {
-	if path == "" {
-		path = "."
-	}
-	if len(path) >= unix.PathMax {
-		cut := strings.LastIndexByte(path[:unix.PathMax-1], '/')
-		if cut <= 0 {
-			return -1, unix.ENAMETOOLONG
-		}
-		dfd, err := openBeneath(dirfd, path[:cut], unix.O_PATH|unix.O_DIRECTORY, 0)
-		if err != nil {
-			return -1, err
-		}
-		defer unix.Close(dfd)
-		return openBeneath(dfd, path[cut+1:], flags, mode)
-	}
-	flags &= openFlags
-	mode &= 0o7777
-	for {
-		fd, err := unix.Openat2(dirfd, path, &unix.OpenHow{
-			Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: resolve,
-		})
-		if err == unix.EINTR || err == unix.EAGAIN {
-			continue
-		}
-		return fd, err
-	}
-}
-
 // inDir runs fn with a descriptor of path's directory and path's last name.
 func (fs *FS) inDir(path string, fn func(dirfd int, name string) error) error {
 	if path == "" {
@@ -158,7 +122,7 @@ func (fs *FS) inDir(path string, fn func(dirfd int, name string) error) error {
 		return fn(fs.rootFd, name)
 	}
 	dfd, done, err := fs.dirs.get(dir, func() (int, error) {
-		return openBeneath(fs.rootFd, dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+		return openBeneath(fs.rootFd, dir, oPath|unix.O_DIRECTORY, 0)
 	})
 	if err != nil {
 		return err
@@ -174,19 +138,6 @@ func (fs *FS) openIn(path string, flags int, mode uint32) (fd int, err error) {
 		return err
 	})
 	return fd, err
-}
-
-// statxMask asks for stat's attributes and the birth time, the generation
-// (layer.Attr.Gen): a file made after another's inode number was freed and
-// reused gets another identity.
-const statxMask = unix.STATX_BASIC_STATS | unix.STATX_BTIME
-
-func (fs *FS) lstatAt(dirfd int, name string) (layer.Attr, error) {
-	var st unix.Statx_t
-	if err := unix.Statx(dirfd, name, unix.AT_SYMLINK_NOFOLLOW, statxMask, &st); err != nil {
-		return layer.Attr{}, err
-	}
-	return layer.AttrFromStatx(&st), nil
 }
 
 func (fs *FS) Getattr(ctx context.Context, path string) (a layer.Attr, err error) {
@@ -251,33 +202,19 @@ func setattrAt(dfd int, name string, in *layer.SetAttr) error {
 
 // times gives utimensat's argument for in, and whether times are set at all.
 func times(in *layer.SetAttr) ([2]unix.Timespec, bool) {
-	ts := [2]unix.Timespec{{Nsec: unix.UTIME_OMIT}, {Nsec: unix.UTIME_OMIT}}
+	ts := [2]unix.Timespec{{Nsec: utimeOmit}, {Nsec: utimeOmit}}
 	ok := false
 	if in.Valid&layer.SetAtimeNow != 0 {
-		ts[0], ok = unix.Timespec{Nsec: unix.UTIME_NOW}, true
+		ts[0], ok = unix.Timespec{Nsec: utimeNow}, true
 	} else if in.Valid&layer.SetAtime != 0 {
 		ts[0], ok = in.Atime, true
 	}
 	if in.Valid&layer.SetMtimeNow != 0 {
-		ts[1], ok = unix.Timespec{Nsec: unix.UTIME_NOW}, true
+		ts[1], ok = unix.Timespec{Nsec: utimeNow}, true
 	} else if in.Valid&layer.SetMtime != 0 {
 		ts[1], ok = in.Mtime, true
 	}
 	return ts, ok
-}
-
-// fchmodat2 is fchmodat with flags (Linux 6.6+), which can refuse to follow
-// a symlink; chmod of a symlink itself gives EOPNOTSUPP, as on any Linux.
-func fchmodat2(dfd int, name string, mode uint32, flags int) error {
-	p, err := unix.BytePtrFromString(name)
-	if err != nil {
-		return err
-	}
-	_, _, e := unix.Syscall6(unix.SYS_FCHMODAT2, uintptr(dfd), uintptr(unsafe.Pointer(p)), uintptr(mode), uintptr(flags), 0, 0)
-	if e != 0 {
-		return e
-	}
-	return nil
 }
 
 func (fs *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirEntry, error) {
@@ -287,41 +224,6 @@ func (fs *FS) ReadDir(ctx context.Context, path string, plus bool) ([]layer.DirE
 	}
 	defer d.Close()
 	return layer.ReadDirAll(ctx, d, plus)
-}
-
-// asCaller runs mk, which creates an object in directory dfd with the mode
-// it is given, as the caller: with the caller's umask applied (or a default
-// ACL of the directory instead), and owned by the caller when the daemon
-// runs as root. When that needs nothing of the thread (see direct), mk runs
-// here with the umask applied to the mode; otherwise on a creator thread
-// (see creators), which the kernel gives the caller's umask and identity.
-func (fs *FS) asCaller(ctx context.Context, dfd int, mode uint32, mk func(mode uint32) error) error {
-	c := layer.CallerOf(ctx)
-	if fs.direct(c, dfd) {
-		return mk(mode &^ (c.Umask & 0o777))
-	}
-	return fs.creators.run(c, fs.asOwner, func() error { return mk(mode) })
-}
-
-// direct reports whether a create by c in directory dfd can run on the
-// calling thread, which has the daemon's identity and the process's umask:
-// no identity to take (the daemon is not root, or c is root), a process
-// umask that takes no bit c's umask leaves (the mode is masked with c's
-// umask first), and no default ACL on the directory (the kernel would
-// ignore the umask for it, and the mode, masked already, would be wrong).
-// Creates take this way for root callers, which saves a hand-off to a
-// creator thread and back per create (about a seventh of an untar's time).
-// The process umask is read once, by New: a program that widens it later
-// only sends more creates to the creator threads; one that narrows it gets
-// modes without the bits it added, never more than the caller asked.
-func (fs *FS) direct(c *layer.Caller, dfd int) bool {
-	if fs.asOwner && (c.Uid != 0 || c.Gid != 0) {
-		return false
-	}
-	if fs.umask&^(c.Umask&0o777) != 0 {
-		return false
-	}
-	return !hasDefaultACL(dfd)
 }
 
 // processUmask is the process's umask, from /proc/thread-self/status
@@ -340,18 +242,6 @@ func processUmask() uint32 {
 		}
 	}
 	return 0o777 // unknown: every create goes to a creator thread
-}
-
-func setgroups(g []uint32) error {
-	var p unsafe.Pointer
-	if len(g) > 0 {
-		p = unsafe.Pointer(&g[0])
-	}
-	_, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(g)), uintptr(p), 0)
-	if e != 0 {
-		return e
-	}
-	return nil
 }
 
 func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, error) {
@@ -374,7 +264,7 @@ func (fs *FS) Share() {
 func (fs *FS) Create(ctx context.Context, path string, flags int, mode uint32) (layer.File, layer.Attr, error) {
 	var fd int
 	err := fs.inDir(path, func(dfd int, name string) error {
-		return fs.asCaller(ctx, dfd, mode, func(mode uint32) (err error) {
+		return fs.asCaller(ctx, dfd, name, mode, func(mode uint32) (err error) {
 			fd, err = createOpen(dfd, name, flags, mode)
 			return err
 		})
@@ -432,7 +322,7 @@ func createOpen(dfd int, name string, flags int, mode uint32) (int, error) {
 // asCaller), and returns the new object's attributes.
 func (fs *FS) createAt(ctx context.Context, path string, mode uint32, mk func(dfd int, name string, mode uint32) error) (a layer.Attr, err error) {
 	err = fs.inDir(path, func(dfd int, name string) error {
-		if err := fs.asCaller(ctx, dfd, mode, func(mode uint32) error { return mk(dfd, name, mode) }); err != nil {
+		if err := fs.asCaller(ctx, dfd, name, mode, func(mode uint32) error { return mk(dfd, name, mode) }); err != nil {
 			return err
 		}
 		a, err = fs.lstatAt(dfd, name)
@@ -449,7 +339,7 @@ func (fs *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, 
 
 func (fs *FS) Mknod(ctx context.Context, path string, mode uint32, rdev uint64) (layer.Attr, error) {
 	return fs.createAt(ctx, path, mode, func(dfd int, name string, mode uint32) error {
-		return unix.Mknodat(dfd, name, mode, int(rdev))
+		return mknodat(dfd, name, mode, rdev)
 	})
 }
 
@@ -508,8 +398,8 @@ func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32)
 	defer fs.dirs.invalidate(oldpath, newpath)
 	return fs.inDir(oldpath, func(odfd int, oname string) error {
 		return fs.inDir(newpath, func(ndfd int, nname string) error {
-			rename := func() error { return unix.Renameat2(odfd, oname, ndfd, nname, uint(flags)) }
-			if flags&unix.RENAME_EXCHANGE != 0 {
+			rename := func() error { return renameat2(odfd, oname, ndfd, nname, uint(flags)) }
+			if flags&layer.RenameExchange != 0 {
 				return rename()
 			}
 			// The target's name goes, perhaps its last.
@@ -549,15 +439,7 @@ func (fs *FS) Removexattr(ctx context.Context, path, attr string) error {
 }
 
 func (fs *FS) Statfs(ctx context.Context, path string) (layer.Statfs, error) {
-	var st unix.Statfs_t
-	if err := unix.Fstatfs(fs.rootFd, &st); err != nil {
-		return layer.Statfs{}, err
-	}
-	return layer.Statfs{
-		Blocks: st.Blocks, Bfree: st.Bfree, Bavail: st.Bavail,
-		Files: st.Files, Ffree: st.Ffree,
-		Bsize: uint32(st.Bsize), Frsize: uint32(st.Frsize), NameLen: uint32(st.Namelen),
-	}, nil
+	return statfsFd(fs.rootFd)
 }
 
 func (fs *FS) SyncDir(ctx context.Context, path string) error {

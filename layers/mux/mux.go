@@ -298,7 +298,7 @@ func (m *FS) Rmdir(ctx context.Context, path string) error {
 func (m *FS) Getxattr(ctx context.Context, path, name string, dest []byte) (int, error) {
 	l, p, err := m.route(path)
 	if err != nil {
-		return 0, syscall.ENODATA
+		return 0, layer.ENOATTR
 	}
 	return l.Getxattr(ctx, p, name, dest)
 }

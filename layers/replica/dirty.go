@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"syscall"
 
 	"cairnfs.dev/cairn/layer"
 )
@@ -40,7 +39,7 @@ func (fs *FS) getMark(ctx context.Context, i int, path string) uint32 {
 func (fs *FS) setMark(ctx context.Context, i int, path string, bits uint32) error {
 	if bits == 0 {
 		err := fs.meta[i].Remove(ctx, path, keyDirty)
-		if errors.Is(err, syscall.ENODATA) {
+		if errors.Is(err, layer.ENOATTR) {
 			err = nil
 		}
 		return err
@@ -352,7 +351,7 @@ func (fs *FS) load(ctx context.Context, report bool) error {
 			if newest < 0 || s.Gen > sts[newest].Gen {
 				newest = i
 			}
-		case errors.Is(err, syscall.ENODATA):
+		case errors.Is(err, layer.ENOATTR):
 		default:
 			return fmt.Errorf("replica: reading replica %d's state: %w", i+1, err)
 		}

@@ -1,3 +1,5 @@
+//go:build linux
+
 package replica_test
 
 import (

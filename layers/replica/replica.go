@@ -612,7 +612,7 @@ func (fs *FS) own(name string) bool { return fs.meta[0].Owns(name) }
 
 func (fs *FS) Getxattr(ctx context.Context, path, name string, dest []byte) (int, error) {
 	if fs.own(name) {
-		return 0, syscall.ENODATA
+		return 0, layer.ENOATTR
 	}
 	// Into a buffer of its own: a replica that answers too late must not
 	// write into dest.
@@ -752,7 +752,7 @@ func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32)
 	fs.forgetMarks(oldpath)
 	fs.forgetMarks(newpath)
 	dirty := []string{parent(oldpath), newpath}
-	exchange := flags&unix.RENAME_EXCHANGE != 0
+	exchange := flags&layer.RenameExchange != 0
 	if exchange {
 		dirty = append(dirty, oldpath)
 	}

@@ -1,3 +1,5 @@
+//go:build linux
+
 package replica_test
 
 import (
@@ -746,7 +748,7 @@ func TestReplicaResyncRenames(t *testing.T) {
 	write(m.Path("d0", "a"), []byte("new a"))
 	mv("d0", "d0y")
 	// Two directories exchanged.
-	if err := unix.Renameat2(unix.AT_FDCWD, m.Path("x"), unix.AT_FDCWD, m.Path("y"), unix.RENAME_EXCHANGE); err != nil {
+	if err := unix.Renameat2(unix.AT_FDCWD, m.Path("x"), unix.AT_FDCWD, m.Path("y"), layer.RenameExchange); err != nil {
 		t.Fatal(err)
 	}
 	m.Unmount()

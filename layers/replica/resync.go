@@ -172,7 +172,7 @@ func (r *resyncer) unmark(ctx context.Context, path string) error {
 			continue
 		}
 		if r.from[path] {
-			if err := r.fs.meta[i].Remove(ctx, path, fromKey(r.k)); err != nil && !errors.Is(err, syscall.ENODATA) {
+			if err := r.fs.meta[i].Remove(ctx, path, fromKey(r.k)); err != nil && !errors.Is(err, layer.ENOATTR) {
 				return err
 			}
 		}
@@ -456,7 +456,7 @@ func (r *resyncer) same(ctx context.Context, p string, sa, ta *layer.Attr, hash 
 }
 
 func hashOf(ctx context.Context, l layer.FS, p string) ([]byte, error) {
-	f, err := l.Open(ctx, p, unix.O_RDONLY|unix.O_NOATIME)
+	f, err := l.Open(ctx, p, unix.O_RDONLY|layer.ONoatime)
 	if err != nil {
 		f, err = l.Open(ctx, p, unix.O_RDONLY)
 	}
@@ -625,7 +625,7 @@ func (r *resyncer) xattrs(ctx context.Context, sp, tp string) error {
 	own := r.fs.meta[0].Owns
 	for _, n := range tn {
 		if !own(n) && !slices.Contains(sn, n) {
-			if err := T.Removexattr(ctx, tp, n); err != nil && !errors.Is(err, syscall.ENODATA) {
+			if err := T.Removexattr(ctx, tp, n); err != nil && !errors.Is(err, layer.ENOATTR) {
 				return err
 			}
 		}

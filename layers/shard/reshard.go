@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"cairnfs.dev/cairn/layer"
 )
 
@@ -261,7 +259,7 @@ func (fs *FS) reshard(ctx context.Context, path string, to Layout, j *Job, progr
 // write lock a resharding holds, in a lower the layer has claimed.
 func (fs *FS) moveName(ctx context.Context, from, to string) error {
 	if !fs.noRenameFlags.Load() {
-		err := fs.lower.Rename(ctx, from, to, unix.RENAME_NOREPLACE)
+		err := fs.lower.Rename(ctx, from, to, layer.RenameNoreplace)
 		if !errors.Is(err, syscall.EINVAL) {
 			return err
 		}
@@ -383,7 +381,7 @@ func (fs *FS) getControl(ctx context.Context, path, name string, dest []byte) (i
 		j := fs.jobs[path]
 		fs.mu.Unlock()
 		if j == nil {
-			return 0, syscall.ENODATA
+			return 0, layer.ENOATTR
 		}
 		v = j.Status()
 	case controlPrefix + "layout":
@@ -403,7 +401,7 @@ func (fs *FS) getControl(ctx context.Context, path, name string, dest []byte) (i
 		}
 		ds.mu.RUnlock()
 	default:
-		return 0, syscall.ENODATA
+		return 0, layer.ENOATTR
 	}
 	if len(dest) == 0 {
 		return len(v), nil

@@ -177,7 +177,7 @@ func (fs *FS) state(ctx context.Context, path, lp string) (*dirState, error) {
 			return nil, fmt.Errorf("shard: %s: %v", path, err)
 		}
 		ds.st.Store(&st)
-	case errors.Is(err, syscall.ENODATA), errors.Is(err, syscall.EOPNOTSUPP), errors.Is(err, syscall.ENOTSUP),
+	case errors.Is(err, layer.ENOATTR), errors.Is(err, syscall.EOPNOTSUPP), errors.Is(err, syscall.ENOTSUP),
 		errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EACCES):
 		// No record (a symbolic link or device refuses user.* names): flat.
 	default:
@@ -374,7 +374,7 @@ func (fs *FS) inherit(ctx context.Context, b string, in inherited) error {
 		} else {
 			err = fs.lower.Removexattr(ctx, b, name)
 		}
-		if err != nil && !errors.Is(err, syscall.ENODATA) && !errors.Is(err, syscall.EOPNOTSUPP) && !errors.Is(err, syscall.ENOTSUP) {
+		if err != nil && !errors.Is(err, layer.ENOATTR) && !errors.Is(err, syscall.EOPNOTSUPP) && !errors.Is(err, syscall.ENOTSUP) {
 			return err
 		}
 	}
@@ -735,7 +735,7 @@ func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32)
 		return err
 	}
 	defer n.done()
-	if flags&unix.RENAME_EXCHANGE != 0 {
+	if flags&layer.RenameExchange != 0 {
 		dir, name := split(oldpath)
 		if err := fs.reserved(dir, name, o.parent); err != nil {
 			return err
@@ -743,7 +743,7 @@ func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32)
 	}
 	a, aerr := fs.lower.Getattr(layer.AsSelf(ctx), o.lower)
 	b, berr := fs.lower.Getattr(layer.AsSelf(ctx), n.lower)
-	if berr == nil && b.IsDir() && aerr == nil && a.IsDir() && flags&unix.RENAME_EXCHANGE == 0 {
+	if berr == nil && b.IsDir() && aerr == nil && a.IsDir() && flags&layer.RenameExchange == 0 {
 		// A directory replaces an empty one: the empty buckets go first.
 		if err := fs.emptyBuckets(ctx, newpath, n.lower); err != nil {
 			return err
@@ -754,7 +754,7 @@ func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32)
 		return err
 	}
 	isDir := aerr == nil && a.IsDir() || berr == nil && b.IsDir()
-	if isDir || flags&unix.RENAME_EXCHANGE != 0 {
+	if isDir || flags&layer.RenameExchange != 0 {
 		fs.forget(oldpath)
 		fs.forget(newpath)
 	}
@@ -767,7 +767,7 @@ func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32)
 // (control.go) start and follow a resharding.
 func (fs *FS) Getxattr(ctx context.Context, path, name string, dest []byte) (int, error) {
 	if fs.meta.Owns(name) {
-		return 0, syscall.ENODATA
+		return 0, layer.ENOATTR
 	}
 	if strings.HasPrefix(name, controlPrefix) {
 		return fs.getControl(ctx, path, name, dest)

@@ -191,7 +191,7 @@ func copyRanges(ctx context.Context, in, out layer.File, ifd, ofd int, size int6
 		p := data
 		for ifd >= 0 && ofd >= 0 && p < end {
 			q := p
-			n, err := unix.CopyFileRange(ifd, &p, ofd, &q, int(min(end-p, 1<<30)), 0)
+			n, err := copyFileRange(ifd, &p, ofd, &q, int(min(end-p, 1<<30)), 0)
 			if err != nil {
 				if errors.Is(err, syscall.EINTR) {
 					continue

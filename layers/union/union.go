@@ -628,7 +628,7 @@ func (u *FS) own(name string) bool {
 
 func (u *FS) Getxattr(ctx context.Context, path, name string, dest []byte) (int, error) {
 	if u.own(name) {
-		return 0, syscall.ENODATA
+		return 0, layer.ENOATTR
 	}
 	i, err := u.branchOf(ctx, path)
 	if err != nil {
@@ -806,7 +806,7 @@ func (u *FS) Setxattr(ctx context.Context, path, name string, value []byte, flag
 func (u *FS) Removexattr(ctx context.Context, path, name string) error {
 	defer u.change()()
 	if u.own(name) {
-		return syscall.ENODATA
+		return layer.ENOATTR
 	}
 	i, err := u.changing(ctx, path)
 	if err != nil {
@@ -892,7 +892,7 @@ func (u *FS) place(ctx context.Context, i int, path string, overWhiteout bool, m
 	if a, err := l.Getattr(self, tmp); err == nil && a.IsDir() {
 		// A directory cannot replace a non-directory: exchange them,
 		// then remove the whiteout.
-		if err := l.Rename(self, tmp, path, unix.RENAME_EXCHANGE); err != nil {
+		if err := l.Rename(self, tmp, path, layer.RenameExchange); err != nil {
 			u.remove(ctx, i, tmp)
 			return err
 		}
@@ -1199,7 +1199,7 @@ func (u *FS) removeName(ctx context.Context, path string, o *obj, dir bool) erro
 		u.collectShown(ctx, t, o.id)
 		return nil
 	}
-	if err := l.Rename(self, tmp, path, unix.RENAME_EXCHANGE); err != nil {
+	if err := l.Rename(self, tmp, path, layer.RenameExchange); err != nil {
 		l.Unlink(self, tmp)
 		return err
 	}
@@ -1278,13 +1278,13 @@ func (u *FS) clearDir(ctx context.Context, i int, path string) error {
 // if it would uncover a later branch's object.
 func (u *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32) error {
 	defer u.change()()
-	if flags == unix.RENAME_EXCHANGE {
+	if flags == layer.RenameExchange {
 		if oldpath == "" || newpath == "" || strings.HasPrefix(oldpath, newpath+"/") || strings.HasPrefix(newpath, oldpath+"/") {
 			return syscall.EINVAL
 		}
 		return u.exchange(ctx, oldpath, newpath)
 	}
-	if flags&^unix.RENAME_NOREPLACE != 0 {
+	if flags&^layer.RenameNoreplace != 0 {
 		return syscall.EINVAL
 	}
 	// As the kernel checks before asking (when its dentries are one).
@@ -1321,7 +1321,7 @@ func (u *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32) 
 	var replaced *shown // the copy whose name the rename replaces
 	switch {
 	case err == nil:
-		if flags&unix.RENAME_NOREPLACE != 0 {
+		if flags&layer.RenameNoreplace != 0 {
 			return syscall.EEXIST
 		}
 		if dst.a.IsDir() != o.a.IsDir() {
@@ -1374,7 +1374,7 @@ func (u *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32) 
 	if u.whiteoutAt(ctx, i, newpath) {
 		// The name is free in the union: the whiteout goes (a
 		// directory cannot replace it; a file replaces it).
-		flags &^= unix.RENAME_NOREPLACE
+		flags &^= layer.RenameNoreplace
 		if o.a.IsDir() {
 			if err := l.Unlink(layer.AsSelf(ctx), newpath); err != nil {
 				return err
@@ -1394,7 +1394,7 @@ func (u *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32) 
 		u.markImpure(ctx, i, ndir)
 	}
 	if uncovers {
-		err = l.Rename(layer.AsSelf(ctx), oldpath, newpath, flags|unix.RENAME_WHITEOUT)
+		err = l.Rename(layer.AsSelf(ctx), oldpath, newpath, flags|layer.RenameWhiteout)
 	} else {
 		err = l.Rename(ctx, oldpath, newpath, flags)
 	}
@@ -1456,7 +1456,7 @@ func (u *FS) exchange(ctx context.Context, a, b string) error {
 	if !ob.a.IsDir() && u.origin(ctx, i, b, &ob.a) != nil {
 		u.markImpure(ctx, i, da)
 	}
-	err = u.b[i].FS.Rename(ctx, a, b, unix.RENAME_EXCHANGE)
+	err = u.b[i].FS.Rename(ctx, a, b, layer.RenameExchange)
 	u.forget(a)
 	u.forget(b)
 	return err

@@ -1,3 +1,5 @@
+//go:build !freebsd
+
 // Copyright 2016 the Go-FUSE Authors. All rights reserved.
 // Use of this source code is governed by a BSD-style
 // license that can be found in the LICENSE file.

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Copyright 2024 the Go-FUSE Authors. All rights reserved.
 // Use of this source code is governed by a BSD-style
 // license that can be found in the LICENSE file.

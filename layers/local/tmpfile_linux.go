@@ -31,7 +31,7 @@ func (fs *FS) Tmpfile(ctx context.Context, dir string, flags int, mode uint32) (
 	flags &= openFlags &^ (unix.O_CREAT | unix.O_TRUNC | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_PATH)
 	var fd int
 	err := fs.atDir(dir, func(dfd int) error {
-		return fs.asCaller(ctx, dfd, mode, func(mode uint32) (err error) {
+		return fs.asCaller(ctx, dfd, ".", mode, func(mode uint32) (err error) {
 			for {
 				fd, err = unix.Openat2(dfd, ".", &unix.OpenHow{
 					Flags: uint64(flags | unix.O_TMPFILE | unix.O_CLOEXEC), Mode: uint64(mode & 0o7777), Resolve: resolve,
