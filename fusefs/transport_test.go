@@ -204,46 +204,57 @@ func localTB(t testing.TB, d string) layer.FS {
 
 // BenchmarkRequestCost times a request's round trip through a null stack
 // over each transport, from one caller and from four at once: an fstat with
-// no attribute cache is one GETATTR. As root:
+// no attribute cache is one GETATTR. "process" mounts with `cairn mount` in
+// a process of its own (what a user runs); "inproc" serves the mount in the
+// benchmark's own process, whose callers then share its Go scheduler with
+// the server. As root:
 //
 //	go test -run '^$' -bench RequestCost -benchtime 100000x ./fusefs
 //
 // (it turns enable_uring on for the io_uring runs, and off again after).
 func BenchmarkRequestCost(b *testing.B) {
-	for _, tr := range []string{"dev", "uring"} {
-		for _, callers := range []int{1, 4} {
-			b.Run(fmt.Sprintf("%s/callers=%d", tr, callers), func(b *testing.B) {
-				lower := b.TempDir()
-				if tr == "uring" {
-					enableURing(b, lower)
-				}
-				if err := os.WriteFile(lower+"/f", []byte("x"), 0o644); err != nil {
-					b.Fatal(err)
-				}
-				m := mounttest.MountOpts(b, null.New(localTB(b, lower)), fusefs.Options{Transport: tr, AttrTimeout: -1})
-				f, err := os.Open(m.Path("f"))
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer f.Close()
-				fd := int(f.Fd())
-				b.ResetTimer()
-				var wg sync.WaitGroup
-				for g := 0; g < callers; g++ {
-					wg.Add(1)
-					go func(n int) {
-						defer wg.Done()
-						var st unix.Stat_t
-						for i := 0; i < n; i++ {
-							if err := unix.Fstat(fd, &st); err != nil {
-								b.Error(err)
-								return
+	for _, where := range []string{"process", "inproc"} {
+		for _, tr := range []string{"dev", "uring"} {
+			for _, callers := range []int{1, 4} {
+				b.Run(fmt.Sprintf("%s/%s/callers=%d", where, tr, callers), func(b *testing.B) {
+					lower := b.TempDir()
+					if tr == "uring" {
+						enableURing(b, lower)
+					}
+					if err := os.WriteFile(lower+"/f", []byte("x"), 0o644); err != nil {
+						b.Fatal(err)
+					}
+					var path string
+					if where == "process" {
+						spec := fmt.Sprintf("mount = \"top\"\n[layer.base]\ntype = \"local\"\npath = %q\n[layer.top]\ntype = \"null\"\nover = \"base\"\n", lower)
+						path = mounttest.MountSpec(b, spec, "-transport", tr, "-attr-timeout", "-1s").Path("f")
+					} else {
+						path = mounttest.MountOpts(b, null.New(localTB(b, lower)), fusefs.Options{Transport: tr, AttrTimeout: -1}).Path("f")
+					}
+					f, err := os.Open(path)
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer f.Close()
+					fd := int(f.Fd())
+					b.ResetTimer()
+					var wg sync.WaitGroup
+					for g := 0; g < callers; g++ {
+						wg.Add(1)
+						go func(n int) {
+							defer wg.Done()
+							var st unix.Stat_t
+							for i := 0; i < n; i++ {
+								if err := unix.Fstat(fd, &st); err != nil {
+									b.Error(err)
+									return
+								}
 							}
-						}
-					}(b.N/callers + 1)
-				}
-				wg.Wait()
-			})
+						}(b.N/callers + 1)
+					}
+					wg.Wait()
+				})
+			}
 		}
 	}
 }

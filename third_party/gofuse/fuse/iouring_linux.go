@@ -30,7 +30,7 @@ const (
 	_IORING_OFF_SQ_RING          = 0
 	_IORING_OFF_CQ_RING          = 0x8000000
 	_IORING_OFF_SQES             = 0x10000000
-	_IORING_OP_READ              = 22
+	_IORING_REGISTER_EVENTFD     = 4
 	_IORING_OP_URING_CMD         = 46
 	ioURingSQESize               = 128 // with IORING_SETUP_SQE128
 	ioURingCQESize               = 16
@@ -164,14 +164,15 @@ func (r *ioURing) sqe() []byte {
 	return s
 }
 
-// enter submits the SQEs prepared since the last call and waits until
-// at least minComplete CQEs are there.
-func (r *ioURing) enter(minComplete uint32) error {
+// enter submits the SQEs prepared since the last call and, with
+// getEvents, runs the deferred task work and waits until at least
+// minComplete CQEs are there.
+func (r *ioURing) enter(minComplete uint32, getEvents bool) error {
 	atomic.StoreUint32(r.sqTail, r.tail)
 	for {
 		toSubmit := r.tail - atomic.LoadUint32(r.sqHead)
 		var flags uintptr
-		if minComplete > 0 {
+		if getEvents || minComplete > 0 {
 			flags = _IORING_ENTER_GETEVENTS
 		}
 		_, _, errno := unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(toSubmit), uintptr(minComplete), flags, 0, 0)

@@ -55,7 +55,6 @@ const (
 	uringInitialDepth   = 2   // entries per queue at first
 	uringSpare          = 1   // entries kept waiting per queue: more are registered below this
 	uringMaxDepth       = 128 // entries per queue at most
-	uringEventfdTag     = ^uint64(0)
 	sizeOfInHeaderUring = 40
 )
 
@@ -127,9 +126,8 @@ type fuseRing struct {
 	ents     []*uringEnt
 	live     int
 	r        *ioURing
-	efd      int
-	efdBuf   [8]byte
-	armed    bool // the eventfd read is in flight
+	efd      int      // the ring's eventfd: completions, and replies to send
+	efdFile  *os.File // efd, read through Go's netpoller
 	toSubmit []*uringEnt
 
 	setup    chan error // the ring's creation, then its registration
@@ -137,7 +135,7 @@ type fuseRing struct {
 
 	mu       sync.Mutex
 	done     []*uringEnt // entries whose replies are ready
-	sleeping bool        // waiting in io_uring_enter: wake through efd
+	sleeping bool        // waiting for efd: a reply wakes it
 	stop     bool        // asked to stop
 	stopped  bool        // gone: replies are dropped
 }
@@ -243,7 +241,18 @@ func (fr *fuseRing) run() {
 	r, err := newIOURing(sq, _IORING_SETUP_SUBMIT_ALL|_IORING_SETUP_SINGLE_ISSUER|_IORING_SETUP_DEFER_TASKRUN)
 	if err == nil {
 		fr.r = r
-		fr.efd, err = unix.Eventfd(0, unix.EFD_CLOEXEC)
+		fr.efd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	}
+	if err == nil {
+		// The kernel signals it for every completion (and, with
+		// DEFER_TASKRUN, for task work to run); the thread waits
+		// for it in Go's netpoller, not in io_uring_enter, so that
+		// it holds no P while it waits (see loop).
+		fr.efdFile = os.NewFile(uintptr(fr.efd), "eventfd")
+		_, _, errno := unix.Syscall6(unix.SYS_IO_URING_REGISTER, uintptr(r.fd), _IORING_REGISTER_EVENTFD, uintptr(unsafe.Pointer(&fr.efd)), 1, 0, 0)
+		if errno != 0 {
+			err = fmt.Errorf("IORING_REGISTER_EVENTFD: %w", errno)
+		}
 	}
 	fr.setup <- err
 	if err != nil || !<-fr.register {
@@ -259,14 +268,14 @@ func (fr *fuseRing) run() {
 		}
 	}
 	fr.prepare(fuseFd)
-	err = fr.r.enter(0)
+	err = fr.r.enter(0, false)
 	if err == nil {
 		// A registration that fails completes at once.
 		head := *fr.r.cqHead
 		for n := fr.r.ready(); n > 0; n-- {
 			cqe := unsafe.Add(fr.r.cqes, uintptr(head&fr.r.cqMask)*ioURingCQESize)
 			ud, res := *(*uint64)(cqe), *(*int32)(unsafe.Add(cqe, 8))
-			if ud != uringEventfdTag && res < 0 && fr.ents[ud].lastCmd == _FUSE_IO_URING_CMD_REGISTER {
+			if res < 0 && fr.ents[ud].lastCmd == _FUSE_IO_URING_CMD_REGISTER {
 				err = fmt.Errorf("FUSE_IO_URING_CMD_REGISTER: %w", syscall.Errno(-res))
 				break
 			}
@@ -306,7 +315,7 @@ func (fr *fuseRing) newEnt(qi int) {
 	fr.toSubmit = append(fr.toSubmit, e)
 }
 
-// prepare writes the SQEs of the entries to submit, and the eventfd's read.
+// prepare writes the SQEs of the entries to submit.
 func (fr *fuseRing) prepare(fuseFd int) {
 	for _, e := range fr.toSubmit {
 		s := fr.r.sqe()
@@ -329,20 +338,19 @@ func (fr *fuseRing) prepare(fuseFd int) {
 		fr.avail[e.qi]++
 	}
 	fr.toSubmit = fr.toSubmit[:0]
-	if !fr.armed {
-		s := fr.r.sqe()
-		putU8(s, ioURingSQEOpcodeOffset, _IORING_OP_READ)
-		putU32(s, ioURingSQEFdOffset, uint32(fr.efd))
-		putU64(s, ioURingSQEAddrOffset, uint64(uintptr(unsafe.Pointer(&fr.efdBuf[0]))))
-		putU32(s, ioURingSQELenOffset, 8)
-		putU64(s, ioURingSQEOffOffset, ^uint64(0)) // no file position: -1
-		putU64(s, ioURingSQEUserDataOffset, uringEventfdTag)
-		fr.armed = true
-	}
 }
 
+// loop serves until the connection goes. It waits for the eventfd in Go's
+// netpoller: a goroutine that waited in io_uring_enter would keep its P
+// while blocked, and the request goroutines it starts would wait for the
+// runtime to take that P back (up to 10 ms) where the other Ps are busy (a
+// process that serves its own mount: its callers hold them, blocked in
+// their system calls). Each wake-up submits the replies ready, runs the
+// kernel's deferred task work (which copies requests into the entries)
+// and takes the completions.
 func (fr *fuseRing) loop(fuseFd int) {
 	ms := fr.t.ms
+	var buf [8]byte
 	for fr.live > 0 {
 		fr.mu.Lock()
 		for _, e := range fr.done {
@@ -351,25 +359,30 @@ func (fr *fuseRing) loop(fuseFd int) {
 		fr.toSubmit = append(fr.toSubmit, fr.done...)
 		fr.done = fr.done[:0]
 		stop := fr.stop
-		fr.sleeping = !stop
+		idle := len(fr.toSubmit) == 0 && !stop
+		fr.sleeping = idle
 		fr.mu.Unlock()
 		if stop {
 			return
 		}
+		if idle {
+			// Whatever signalled it before this read has been
+			// seen below; whatever comes after makes it readable.
+			_, err := fr.efdFile.Read(buf[:])
+			fr.mu.Lock()
+			fr.sleeping = false
+			fr.mu.Unlock()
+			if err != nil {
+				ms.opts.Logger.Printf("fuse io_uring: eventfd: %v", err)
+				return
+			}
+		}
 		fr.prepare(fuseFd)
-		err := fr.r.enter(1)
-		fr.mu.Lock()
-		fr.sleeping = false
-		fr.mu.Unlock()
-		if err != nil {
+		if err := fr.r.enter(0, true); err != nil {
 			ms.opts.Logger.Printf("io_uring_enter: %v", err)
 			return
 		}
 		fr.r.reap(func(ud uint64, res int32) {
-			if ud == uringEventfdTag {
-				fr.armed = false
-				return
-			}
 			e := fr.ents[ud]
 			switch errno := syscall.Errno(-res); {
 			case res == 0:
@@ -414,10 +427,12 @@ func (fr *fuseRing) close() {
 	fr.mu.Lock()
 	fr.stopped = true
 	fr.done = nil
-	if fr.efd >= 0 {
+	if fr.efdFile != nil {
+		fr.efdFile.Close()
+	} else if fr.efd >= 0 {
 		unix.Close(fr.efd)
-		fr.efd = -1
 	}
+	fr.efd = -1
 	fr.mu.Unlock()
 	if fr.r != nil {
 		fr.r.close()
