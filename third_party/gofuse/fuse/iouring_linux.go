@@ -27,6 +27,7 @@ const (
 	_IORING_FEAT_SINGLE_MMAP     = 1 << 0
 	_IORING_FEAT_NODROP          = 1 << 1
 	_IORING_ENTER_GETEVENTS      = 1 << 0
+	_IORING_ENTER_EXT_ARG        = 1 << 3
 	_IORING_OFF_SQ_RING          = 0
 	_IORING_OFF_CQ_RING          = 0x8000000
 	_IORING_OFF_SQES             = 0x10000000
@@ -164,24 +165,32 @@ func (r *ioURing) sqe() []byte {
 	return s
 }
 
-// enter submits the SQEs prepared since the last call and, with
-// getEvents, runs the deferred task work and waits until at least
-// minComplete CQEs are there.
-func (r *ioURing) enter(minComplete uint32, getEvents bool) error {
+// enter submits the SQEs prepared since the last call and, if minComplete
+// is not 0, runs the deferred task work and waits until that many CQEs are
+// there, or until timeout (if not nil) has passed.
+func (r *ioURing) enter(minComplete uint32, timeout *unix.Timespec) error {
 	atomic.StoreUint32(r.sqTail, r.tail)
 	for {
 		toSubmit := r.tail - atomic.LoadUint32(r.sqHead)
-		var flags uintptr
-		if getEvents || minComplete > 0 {
+		var flags, arg, argSize uintptr
+		if minComplete > 0 {
 			flags = _IORING_ENTER_GETEVENTS
 		}
-		_, _, errno := unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(toSubmit), uintptr(minComplete), flags, 0, 0)
+		// struct io_uring_getevents_arg {sigmask u64, sigmask_sz,
+		// min_wait_usec u32, ts u64}.
+		var ext [3]uint64
+		if timeout != nil {
+			ext[2] = uint64(uintptr(unsafe.Pointer(timeout)))
+			flags |= _IORING_ENTER_EXT_ARG
+			arg, argSize = uintptr(unsafe.Pointer(&ext)), unsafe.Sizeof(ext)
+		}
+		_, _, errno := unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(toSubmit), uintptr(minComplete), flags, arg, argSize)
 		switch errno {
-		case 0:
+		case 0, syscall.ETIME:
 			return nil
 		case syscall.EINTR:
 			// A signal (the Go runtime's preemption among them):
-			// whatever was submitted is off the SQ; try again.
+			// whatever was submitted is off the SQ; wait again.
 			continue
 		case syscall.EAGAIN, syscall.EBUSY:
 			// No room for completions yet: the caller reaps, then
@@ -191,6 +200,16 @@ func (r *ioURing) enter(minComplete uint32, getEvents bool) error {
 			return errno
 		}
 	}
+}
+
+// peek returns the result of the first CQE waiting, if any, and leaves it.
+func (r *ioURing) peek() (int32, bool) {
+	head := atomic.LoadUint32(r.cqHead)
+	if atomic.LoadUint32(r.cqTail) == head {
+		return 0, false
+	}
+	cqe := unsafe.Add(r.cqes, uintptr(head&r.cqMask)*ioURingCQESize)
+	return *(*int32)(unsafe.Add(cqe, 8)), true
 }
 
 // ready is the number of CQEs waiting.

@@ -31,6 +31,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -52,9 +53,7 @@ const (
 	uringCommitIDOff    = 256 + 8
 	uringPayloadSzOff   = 256 + 16
 	uringEnableParam    = "/sys/module/fuse/parameters/enable_uring"
-	uringInitialDepth   = 2   // entries per queue at first
-	uringSpare          = 1   // entries kept waiting per queue: more are registered below this
-	uringMaxDepth       = 128 // entries per queue at most
+	uringMaxPerQueue    = 64 // rings (threads, entries) per queue at most
 	sizeOfInHeaderUring = 40
 )
 
@@ -98,72 +97,73 @@ func uringQueues() (int, error) {
 
 type uringTransport struct {
 	ms        *Server
-	rings     []*fuseRing
+	queues    []*uringQueue
+	first     []*fuseRing   // one per queue, made before INIT
 	serving   chan struct{} // closed by Serve: requests may be handled
 	serveOnce sync.Once
+	stop      atomic.Bool
 }
 
-// uringEnt is one ring entry: its buffers and where it stands.
+// uringQueue is one of the kernel's queues (a CPU's) and its rings.
+type uringQueue struct {
+	qid      uint16
+	idle     atomic.Int32 // rings whose entry waits in the kernel for a request
+	count    atomic.Int32 // rings
+	spawning atomic.Bool  // a ring is being added
+}
+
+// uringEnt is a ring's entry: its buffers and where it stands.
 type uringEnt struct {
-	ring     *fuseRing
-	qi       int // index of its queue in ring.qids
-	id       uint64
 	mem      []byte // the header page, then the payload
 	iov      [2]unix.Iovec
 	commitID uint64
 	lastCmd  uint32
-	dead     bool
 }
 
 func (e *uringEnt) header() []byte  { return e.mem[:uringHeaderSize] }
 func (e *uringEnt) payload() []byte { return e.mem[pageSize:] }
 
+// fuseRing is one ring, with one entry, on one queue, owned by one
+// goroutine locked to its thread. The thread waits for a request in
+// io_uring_enter, serves it inline and sends the reply with the fetch of
+// the next request in the next io_uring_enter: one system call a request.
+// A queue gets another ring when its last waiting one takes a request, so
+// that a request that blocks never holds up the others (as go-fuse starts
+// another reader of /dev/fuse before it serves a request).
 type fuseRing struct {
-	t        *uringTransport
-	qids     []uint16
-	avail    []int // per queue: entries whose command waits in the kernel
-	count    []int // per queue: entries registered
-	ents     []*uringEnt
-	live     int
-	r        *ioURing
-	efd      int      // the ring's eventfd: completions, and replies to send
-	efdFile  *os.File // efd, read through Go's netpoller
-	toSubmit []*uringEnt
+	t      *uringTransport
+	q      *uringQueue
+	r      *ioURing
+	e      *uringEnt
+	fuseFd int
 
-	setup    chan error // the ring's creation, then its registration
-	register chan bool  // true: register the entries; false: go away
-
-	mu       sync.Mutex
-	done     []*uringEnt // entries whose replies are ready
-	sleeping bool        // waiting for efd: a reply wakes it
-	stop     bool        // asked to stop
-	stopped  bool        // gone: replies are dropped
+	early    bool       // a request came with the registration
+	setup    chan error // the ring's creation, then its registration (first rings)
+	register chan bool  // true: register the entry; false: go away
 }
 
-// startURing creates the rings, each on a locked thread of its own, before
-// INIT, so that FUSE_OVER_IO_URING is offered in the reply only if they
-// exist.
+// startURing creates a ring for every queue, each on a locked thread of
+// its own, before INIT, so that FUSE_OVER_IO_URING is offered in the reply
+// only if they exist.
 func (ms *Server) startURing() error {
 	nq, err := uringQueues()
 	if err != nil {
 		return err
 	}
-	nr := min(nq, max(1, runtime.NumCPU()))
 	t := &uringTransport{ms: ms, serving: make(chan struct{})}
-	for i := 0; i < nr; i++ {
-		fr := &fuseRing{t: t, efd: -1, setup: make(chan error, 1), register: make(chan bool, 1)}
-		for q := i; q < nq; q += nr {
-			fr.qids = append(fr.qids, uint16(q))
+	ms.fuseFD.withFD(func(fd int) {
+		for q := 0; q < nq; q++ {
+			uq := &uringQueue{qid: uint16(q)}
+			uq.count.Store(1)
+			t.queues = append(t.queues, uq)
+			t.first = append(t.first, &fuseRing{t: t, q: uq, fuseFd: fd, setup: make(chan error, 1), register: make(chan bool, 1)})
 		}
-		fr.avail = make([]int, len(fr.qids))
-		fr.count = make([]int, len(fr.qids))
-		t.rings = append(t.rings, fr)
-	}
-	for _, fr := range t.rings {
+	})
+	for _, fr := range t.first {
 		ms.fuseFD.loops.Add(1)
 		go fr.run()
 	}
-	for _, fr := range t.rings {
+	for _, fr := range t.first {
 		if e := <-fr.setup; e != nil && err == nil {
 			err = e
 		}
@@ -178,8 +178,8 @@ func (ms *Server) startURing() error {
 
 // quit ends rings that serve nothing.
 func (t *uringTransport) quit() {
-	t.stopRings()
-	for _, fr := range t.rings {
+	t.stop.Store(true)
+	for _, fr := range t.first {
 		select {
 		case fr.register <- false:
 		default:
@@ -197,11 +197,11 @@ func (t *uringTransport) closeServing() {
 // registerAll registers the entries of every queue, once INIT is
 // answered; the kernel refuses a registration at once, or not at all.
 func (t *uringTransport) registerAll() error {
-	for _, fr := range t.rings {
+	for _, fr := range t.first {
 		fr.register <- true
 	}
 	var err error
-	for _, fr := range t.rings {
+	for _, fr := range t.first {
 		if e := <-fr.setup; e != nil && err == nil {
 			err = e
 		}
@@ -209,23 +209,11 @@ func (t *uringTransport) registerAll() error {
 	return err
 }
 
-// stopRings makes the rings close: the connection is gone.
+// stopRings makes the rings close: the connection is gone. (The kernel
+// also completes their commands with ENOTCONN; a ring that waits sees the
+// flag within a second otherwise.)
 func (t *uringTransport) stopRings() {
-	for _, fr := range t.rings {
-		fr.mu.Lock()
-		fr.stop = true
-		fr.wakeLocked()
-		fr.mu.Unlock()
-	}
-}
-
-func (fr *fuseRing) wakeLocked() {
-	if fr.sleeping && !fr.stopped {
-		fr.sleeping = false
-		var one [8]byte
-		one[0] = 1
-		unix.Write(fr.efd, one[:])
-	}
+	t.stop.Store(true)
 }
 
 func (fr *fuseRing) run() {
@@ -234,69 +222,62 @@ func (fr *fuseRing) run() {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 
-	sq := uint32(1)
-	for sq < uint32(len(fr.qids)*uringMaxDepth+1) {
-		sq <<= 1
-	}
-	r, err := newIOURing(sq, _IORING_SETUP_SUBMIT_ALL|_IORING_SETUP_SINGLE_ISSUER|_IORING_SETUP_DEFER_TASKRUN)
-	if err == nil {
-		fr.r = r
-		fr.efd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	}
-	if err == nil {
-		// The kernel signals it for every completion (and, with
-		// DEFER_TASKRUN, for task work to run); the thread waits
-		// for it in Go's netpoller, not in io_uring_enter, so that
-		// it holds no P while it waits (see loop).
-		fr.efdFile = os.NewFile(uintptr(fr.efd), "eventfd")
-		_, _, errno := unix.Syscall6(unix.SYS_IO_URING_REGISTER, uintptr(r.fd), _IORING_REGISTER_EVENTFD, uintptr(unsafe.Pointer(&fr.efd)), 1, 0, 0)
-		if errno != 0 {
-			err = fmt.Errorf("IORING_REGISTER_EVENTFD: %w", errno)
+	first := fr.setup != nil
+	r, err := newIOURing(4, _IORING_SETUP_SUBMIT_ALL|_IORING_SETUP_SINGLE_ISSUER|_IORING_SETUP_DEFER_TASKRUN)
+	if first {
+		fr.setup <- err
+		if err == nil && !<-fr.register {
+			err = errStop
 		}
 	}
-	fr.setup <- err
-	if err != nil || !<-fr.register {
-		fr.close()
+	if err != nil {
+		if r != nil {
+			r.close()
+		}
+		if !first {
+			fr.q.spawning.Store(false)
+		}
+		fr.q.count.Add(-1)
 		return
 	}
-
-	fuseFd := -1
-	ms.fuseFD.withFD(func(fd int) { fuseFd = fd })
-	for qi := range fr.qids {
-		for i := 0; i < uringInitialDepth; i++ {
-			fr.newEnt(qi)
-		}
-	}
-	fr.prepare(fuseFd)
-	err = fr.r.enter(0, false)
+	fr.r = r
+	defer r.close()
+	fr.e = newURingEnt(ms.opts.MaxWrite)
+	fr.prepare()
+	fr.q.idle.Add(1)
+	err = fr.r.enter(0, nil)
 	if err == nil {
-		// A registration that fails completes at once.
-		head := *fr.r.cqHead
-		for n := fr.r.ready(); n > 0; n-- {
-			cqe := unsafe.Add(fr.r.cqes, uintptr(head&fr.r.cqMask)*ioURingCQESize)
-			ud, res := *(*uint64)(cqe), *(*int32)(unsafe.Add(cqe, 8))
-			if res < 0 && fr.ents[ud].lastCmd == _FUSE_IO_URING_CMD_REGISTER {
-				err = fmt.Errorf("FUSE_IO_URING_CMD_REGISTER: %w", syscall.Errno(-res))
-				break
-			}
-			head++
+		// A registration that fails completes at once; a request
+		// may be there already too, for loop.
+		if res, ok := fr.r.peek(); ok && res < 0 {
+			err = fmt.Errorf("FUSE_IO_URING_CMD_REGISTER: %w", syscall.Errno(-res))
+		} else {
+			fr.early = ok
 		}
 	}
-	fr.setup <- err
+	if first {
+		fr.setup <- err
+	} else {
+		fr.q.spawning.Store(false)
+		if err != nil {
+			ms.opts.Logger.Printf("fuse io_uring: another ring for qid %d: %v", fr.q.qid, err)
+		}
+	}
 	if err != nil {
-		fr.close()
+		fr.q.idle.Add(-1)
+		fr.q.count.Add(-1)
 		return
 	}
 	<-fr.t.serving
-	fr.loop(fuseFd)
-	fr.close()
+	fr.loop()
+	fr.q.count.Add(-1)
 }
 
-// newEnt makes an entry for queue qi; its REGISTER goes with the next
-// submission.
-func (fr *fuseRing) newEnt(qi int) {
-	e := &uringEnt{ring: fr, qi: qi, id: uint64(len(fr.ents))}
-	maxWrite := fr.t.ms.opts.MaxWrite
+var errStop = fmt.Errorf("stopped")
+
+// newURingEnt allocates an entry's buffers.
+func newURingEnt(maxWrite int) *uringEnt {
+	e := &uringEnt{}
 	maxPages := (maxWrite-1)/pageSize + 1
 	// The kernel wants room for max(8k, max_write, max_pages pages).
 	payload := max(_FUSE_MIN_READ_BUFFER, maxWrite, maxPages*pageSize)
@@ -309,145 +290,89 @@ func (fr *fuseRing) newEnt(qi int) {
 	e.iov[1].Base = &e.mem[pageSize]
 	e.iov[1].SetLen(payload)
 	e.lastCmd = _FUSE_IO_URING_CMD_REGISTER
-	fr.ents = append(fr.ents, e)
-	fr.count[qi]++
-	fr.live++
-	fr.toSubmit = append(fr.toSubmit, e)
+	return e
 }
 
-// prepare writes the SQEs of the entries to submit.
-func (fr *fuseRing) prepare(fuseFd int) {
-	for _, e := range fr.toSubmit {
-		s := fr.r.sqe()
-		if s == nil {
-			// Cannot be: the SQ has room for every entry.
-			panic("fuse: io_uring SQ full")
-		}
-		putU8(s, ioURingSQEOpcodeOffset, _IORING_OP_URING_CMD)
-		putU32(s, ioURingSQEFdOffset, uint32(fuseFd))
-		putU32(s, ioURingSQECmdOpOffset, e.lastCmd)
-		putU64(s, ioURingSQEUserDataOffset, e.id)
-		// struct fuse_uring_cmd_req {flags u64, commit_id u64, qid u16}.
-		if e.lastCmd == _FUSE_IO_URING_CMD_REGISTER {
-			putU64(s, ioURingSQEAddrOffset, uint64(uintptr(unsafe.Pointer(&e.iov[0]))))
-			putU32(s, ioURingSQELenOffset, 2)
-		} else {
-			putU64(s, ioURingSQECmdOffset+8, e.commitID)
-		}
-		putU16(s, ioURingSQECmdOffset+16, fr.qids[e.qi])
-		fr.avail[e.qi]++
+// prepare writes the SQE of the entry's command: its registration, or the
+// commit of its reply with the fetch of the next request.
+func (fr *fuseRing) prepare() {
+	e := fr.e
+	s := fr.r.sqe()
+	putU8(s, ioURingSQEOpcodeOffset, _IORING_OP_URING_CMD)
+	putU32(s, ioURingSQEFdOffset, uint32(fr.fuseFd))
+	putU32(s, ioURingSQECmdOpOffset, e.lastCmd)
+	// struct fuse_uring_cmd_req {flags u64, commit_id u64, qid u16}.
+	if e.lastCmd == _FUSE_IO_URING_CMD_REGISTER {
+		putU64(s, ioURingSQEAddrOffset, uint64(uintptr(unsafe.Pointer(&e.iov[0]))))
+		putU32(s, ioURingSQELenOffset, 2)
+	} else {
+		putU64(s, ioURingSQECmdOffset+8, e.commitID)
 	}
-	fr.toSubmit = fr.toSubmit[:0]
+	putU16(s, ioURingSQECmdOffset+16, fr.q.qid)
 }
 
-// loop serves until the connection goes. It waits for the eventfd in Go's
-// netpoller: a goroutine that waited in io_uring_enter would keep its P
-// while blocked, and the request goroutines it starts would wait for the
-// runtime to take that P back (up to 10 ms) where the other Ps are busy (a
-// process that serves its own mount: its callers hold them, blocked in
-// their system calls). Each wake-up submits the replies ready, runs the
-// kernel's deferred task work (which copies requests into the entries)
-// and takes the completions.
-func (fr *fuseRing) loop(fuseFd int) {
+// spawn adds a ring to the queue, if it has none waiting.
+func (fr *fuseRing) spawn() {
+	q := fr.q
+	if q.idle.Load() > 0 || q.count.Load() >= uringMaxPerQueue || !q.spawning.CompareAndSwap(false, true) {
+		return
+	}
+	q.count.Add(1)
+	nr := &fuseRing{t: fr.t, q: q, fuseFd: fr.fuseFd}
+	fr.t.ms.fuseFD.loops.Add(1)
+	go nr.run()
+}
+
+func (fr *fuseRing) loop() {
 	ms := fr.t.ms
-	var buf [8]byte
-	for fr.live > 0 {
-		fr.mu.Lock()
-		for _, e := range fr.done {
-			e.lastCmd = _FUSE_IO_URING_CMD_COMMIT_AND_FETCH
-		}
-		fr.toSubmit = append(fr.toSubmit, fr.done...)
-		fr.done = fr.done[:0]
-		stop := fr.stop
-		idle := len(fr.toSubmit) == 0 && !stop
-		fr.sleeping = idle
-		fr.mu.Unlock()
-		if stop {
-			return
-		}
-		if idle {
-			// Whatever signalled it before this read has been
-			// seen below; whatever comes after makes it readable.
-			_, err := fr.efdFile.Read(buf[:])
-			fr.mu.Lock()
-			fr.sleeping = false
-			fr.mu.Unlock()
-			if err != nil {
-				ms.opts.Logger.Printf("fuse io_uring: eventfd: %v", err)
+	e := fr.e
+	pending := fr.early // the first request is in already
+	for {
+		if !pending {
+			if fr.t.stop.Load() {
+				return
+			}
+			// Sends the reply, if any, and waits for the next
+			// request (a second at most, to see the stop flag).
+			if err := fr.r.enter(1, &uringWaitTimeout); err != nil {
+				ms.opts.Logger.Printf("io_uring_enter: %v", err)
+				fr.q.idle.Add(-1)
 				return
 			}
 		}
-		fr.prepare(fuseFd)
-		if err := fr.r.enter(0, true); err != nil {
-			ms.opts.Logger.Printf("io_uring_enter: %v", err)
-			return
+		pending = false
+		var res int32
+		got := false
+		fr.r.reap(func(_ uint64, r int32) { res, got = r, true })
+		if !got {
+			continue // the timeout
 		}
-		fr.r.reap(func(ud uint64, res int32) {
-			e := fr.ents[ud]
-			switch errno := syscall.Errno(-res); {
-			case res == 0:
-				e.commitID = getU64(e.header(), uringCommitIDOff)
-				fr.avail[e.qi]--
-				// Keep entries waiting on the queue: a request that
-				// finds none is queued until a reply fetches it.
-				if fr.avail[e.qi] < uringSpare && fr.count[e.qi] < uringMaxDepth {
-					fr.newEnt(e.qi)
-				}
-				// Counted as the readers are: Serve and Unmount
-				// wait for the requests in progress.
-				ms.fuseFD.loops.Add(1)
-				go ms.serveURing(e)
-			case errno == syscall.EAGAIN || errno == syscall.EINTR:
-				fr.avail[e.qi]--
-				fr.toSubmit = append(fr.toSubmit, e)
-			case errno == syscall.ENOTCONN || errno == syscall.ECONNABORTED || errno == syscall.ECANCELED || errno == syscall.ENODEV:
-				// The connection is going: the entry is done.
-				fr.avail[e.qi]--
-				e.dead = true
-				fr.live--
-			default:
-				// The kernel lost the entry's request (a commit it
-				// did not find): register the buffers again.
-				ms.opts.Logger.Printf("fuse io_uring: qid %d cmd %d: %v", fr.qids[e.qi], e.lastCmd, errno)
-				fr.avail[e.qi]--
-				if e.lastCmd == _FUSE_IO_URING_CMD_COMMIT_AND_FETCH {
-					e.lastCmd = _FUSE_IO_URING_CMD_REGISTER
-					fr.toSubmit = append(fr.toSubmit, e)
-				} else {
-					e.dead = true
-					fr.live--
-				}
+		fr.q.idle.Add(-1)
+		switch errno := syscall.Errno(-res); {
+		case res == 0:
+			e.commitID = getU64(e.header(), uringCommitIDOff)
+			fr.spawn()
+			ms.serveURing(e)
+			e.lastCmd = _FUSE_IO_URING_CMD_COMMIT_AND_FETCH
+		case errno == syscall.EAGAIN || errno == syscall.EINTR:
+		case errno == syscall.ENOTCONN || errno == syscall.ECONNABORTED || errno == syscall.ECANCELED || errno == syscall.ENODEV:
+			// The connection is going.
+			return
+		default:
+			ms.opts.Logger.Printf("fuse io_uring: qid %d cmd %d: %v", fr.q.qid, e.lastCmd, errno)
+			if e.lastCmd != _FUSE_IO_URING_CMD_COMMIT_AND_FETCH {
+				return
 			}
-		})
+			// The kernel lost the entry's request (a commit it
+			// did not find): register the buffers again.
+			e.lastCmd = _FUSE_IO_URING_CMD_REGISTER
+		}
+		fr.prepare()
+		fr.q.idle.Add(1)
 	}
 }
 
-// close gives the ring up: the kernel cancels the commands still in it.
-func (fr *fuseRing) close() {
-	fr.mu.Lock()
-	fr.stopped = true
-	fr.done = nil
-	if fr.efdFile != nil {
-		fr.efdFile.Close()
-	} else if fr.efd >= 0 {
-		unix.Close(fr.efd)
-	}
-	fr.efd = -1
-	fr.mu.Unlock()
-	if fr.r != nil {
-		fr.r.close()
-	}
-}
-
-// commit hands a replied entry back to its ring.
-func (fr *fuseRing) commit(e *uringEnt) {
-	fr.mu.Lock()
-	if !fr.stopped {
-		fr.done = append(fr.done, e)
-		fr.wakeLocked()
-	}
-	fr.mu.Unlock()
-}
+var uringWaitTimeout = unix.Timespec{Sec: 1}
 
 // serveURing serves the request in e and puts the reply in its buffers.
 func (ms *Server) serveURing(e *uringEnt) {
@@ -487,8 +412,6 @@ func (ms *Server) serveURing(e *uringEnt) {
 	}
 	req.clear()
 	ms.reqPool.Put(req)
-	e.ring.commit(e)
-	ms.fuseFD.loops.Done()
 }
 
 // setReply puts req's reply in e: the out header in the header buffer,
