@@ -16,13 +16,18 @@ package fuse
 // come through /dev/fuse reads, and notifications, which the server still
 // writes to /dev/fuse.
 //
-// Each ring belongs to a goroutine locked to its OS thread, which alone
-// submits and waits (the kernel runs an entry's task work, the copy of a
-// request into its buffers, on the thread that submitted its command, and
-// cancels the commands of a thread that exits). It serves a share of the
-// queues, hands each request to a goroutine of its own (requests may
-// block, as over /dev/fuse), and takes the replies back from a list, woken
-// through an eventfd when it sleeps.
+// Each ring has one entry, on one queue, and belongs to a goroutine locked
+// to its OS thread, which alone submits and waits (the kernel runs an
+// entry's task work, the copy of a request into its buffers, on the thread
+// that submitted its command, and cancels the commands of a thread that
+// exits). The thread waits in io_uring_enter, serves the request inline,
+// and sends the reply with the fetch of the next request in its next
+// io_uring_enter: one system call a request, and no hand-off between
+// threads (a ring that handed requests to goroutines, and took the replies
+// back, cost several thread wake-ups a request). Serving inline would hold
+// up the queue's other requests while one blocks: a queue gets another ring
+// when its last waiting one takes a request, as go-fuse starts another
+// reader of /dev/fuse before it serves one.
 
 import (
 	"fmt"
