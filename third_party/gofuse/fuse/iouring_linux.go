@@ -19,31 +19,29 @@ import (
 
 // From include/uapi/linux/io_uring.h.
 const (
-	_IORING_SETUP_CQSIZE         = 1 << 3
-	_IORING_SETUP_SUBMIT_ALL     = 1 << 7
-	_IORING_SETUP_SQE128         = 1 << 10
-	_IORING_SETUP_SINGLE_ISSUER  = 1 << 12
-	_IORING_SETUP_DEFER_TASKRUN  = 1 << 13
-	_IORING_FEAT_SINGLE_MMAP     = 1 << 0
-	_IORING_FEAT_NODROP          = 1 << 1
-	_IORING_ENTER_GETEVENTS      = 1 << 0
-	_IORING_ENTER_EXT_ARG        = 1 << 3
-	_IORING_OFF_SQ_RING          = 0
-	_IORING_OFF_CQ_RING          = 0x8000000
-	_IORING_OFF_SQES             = 0x10000000
-	_IORING_REGISTER_EVENTFD     = 4
-	_IORING_OP_URING_CMD         = 46
-	ioURingSQESize               = 128 // with IORING_SETUP_SQE128
-	ioURingCQESize               = 16
-	ioURingSQECmdOffset          = 48 // sqe->cmd: 80 bytes with SQE128
-	ioURingSQEUserDataOffset     = 32
-	ioURingSQECmdOpOffset        = 8
-	ioURingSQEAddrOffset         = 16
-	ioURingSQELenOffset          = 24
-	ioURingSQEFdOffset           = 4
-	ioURingSQEOffOffset          = 8
-	ioURingSQEOpcodeOffset       = 0
-	ioURingSQEUringCmdFlagOffset = 28
+	_IORING_SETUP_CQSIZE        = 1 << 3
+	_IORING_SETUP_SUBMIT_ALL    = 1 << 7
+	_IORING_SETUP_SQE128        = 1 << 10
+	_IORING_SETUP_SINGLE_ISSUER = 1 << 12
+	_IORING_SETUP_DEFER_TASKRUN = 1 << 13
+	_IORING_FEAT_SINGLE_MMAP    = 1 << 0
+	_IORING_FEAT_NODROP         = 1 << 1
+	_IORING_ENTER_GETEVENTS     = 1 << 0
+	_IORING_ENTER_EXT_ARG       = 1 << 3
+	_IORING_OFF_SQ_RING         = 0
+	_IORING_OFF_CQ_RING         = 0x8000000
+	_IORING_OFF_SQES            = 0x10000000
+	_IORING_REGISTER_EVENTFD    = 4
+	_IORING_OP_URING_CMD        = 46
+	ioURingSQESize              = 128 // with IORING_SETUP_SQE128
+	ioURingCQESize              = 16
+	ioURingSQECmdOffset         = 48 // sqe->cmd: 80 bytes with SQE128
+	ioURingSQEUserDataOffset    = 32
+	ioURingSQECmdOpOffset       = 8
+	ioURingSQEAddrOffset        = 16
+	ioURingSQELenOffset         = 24
+	ioURingSQEFdOffset          = 4
+	ioURingSQEOpcodeOffset      = 0
 )
 
 type ioSqringOffsets struct {
@@ -210,11 +208,6 @@ func (r *ioURing) peek() (int32, bool) {
 	}
 	cqe := unsafe.Add(r.cqes, uintptr(head&r.cqMask)*ioURingCQESize)
 	return *(*int32)(unsafe.Add(cqe, 8)), true
-}
-
-// ready is the number of CQEs waiting.
-func (r *ioURing) ready() uint32 {
-	return atomic.LoadUint32(r.cqTail) - atomic.LoadUint32(r.cqHead)
 }
 
 // reap calls f with each waiting CQE's user data and result, and frees them.
