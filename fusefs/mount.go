@@ -59,6 +59,40 @@ type Options struct {
 	// LowerDirs are the directories the stack reads; a mountpoint inside
 	// one of them is refused.
 	LowerDirs []string
+	// Transport is how requests and replies travel between the kernel
+	// and the daemon (see ParseTransport): "dev" reads and writes
+	// /dev/fuse; "uring" serves over FUSE over io_uring and fails the
+	// mount where the kernel does not offer it (the fuse module's
+	// enable_uring parameter is N); "auto" takes io_uring where the
+	// kernel offers it. Empty is $CAIRN_FUSE_TRANSPORT, else
+	// DefaultTransport.
+	Transport string
+}
+
+// DefaultTransport is the transport of a mount that names none.
+const DefaultTransport = "dev"
+
+// Transports are the values of Options.Transport.
+var Transports = []string{"auto", "dev", "uring"}
+
+// ParseTransport turns a transport's name into go-fuse's; empty is
+// $CAIRN_FUSE_TRANSPORT, else DefaultTransport.
+func ParseTransport(s string) (fuse.Transport, error) {
+	if s == "" {
+		s = os.Getenv("CAIRN_FUSE_TRANSPORT")
+	}
+	if s == "" {
+		s = DefaultTransport
+	}
+	switch s {
+	case "dev":
+		return fuse.TransportDevFuse, nil
+	case "auto":
+		return fuse.TransportAuto, nil
+	case "uring":
+		return fuse.TransportIOUring, nil
+	}
+	return 0, fmt.Errorf("unknown FUSE transport %q (known: %s)", s, strings.Join(Transports, ", "))
 }
 
 // Default cache timeouts.
@@ -77,7 +111,8 @@ const (
 type Server struct {
 	*fuse.Server
 	Mountpoint  string
-	Passthrough bool // files may be handed to the kernel
+	Passthrough bool   // files may be handed to the kernel
+	Transport   string // what serves the mount: "io_uring" or "/dev/fuse"
 }
 
 func timeout(d, def time.Duration) *time.Duration {
@@ -200,6 +235,10 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 	if err := CheckMountpoint(mountpoint, o.LowerDirs); err != nil {
 		return nil, err
 	}
+	transport, err := ParseTransport(o.Transport)
+	if err != nil {
+		return nil, err
+	}
 	exclusive := layer.IsExclusive(top)
 	st := &state{
 		top:           top,
@@ -266,6 +305,7 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		// CAP_SETXATTR_EXT: a SETXATTR of an access ACL says when the
 		// caller may not keep the set-group-ID bit (see node.Setxattr).
 		ExtraCapabilities: extraCaps,
+		Transport:         transport,
 		// A bug in a layer must not take the mount down: the request
 		// fails with EIO and the operator gets the stack.
 		PanicHandler: func(v any) fuse.Status {
@@ -368,7 +408,10 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 	}
 	// Passthrough, as logged: whether files of this stack can be passed
 	// through at all (each file's Caps decide).
-	return &Server{Server: srv, Mountpoint: mountpoint, Passthrough: st.passthrough && layer.StackChanges(top)&layer.ChangesData == 0}, nil
+	if transport != fuse.TransportDevFuse {
+		o.Logger.Info("FUSE transport", "mountpoint", mountpoint, "asked", transport.String(), "serves", srv.Transport().String())
+	}
+	return &Server{Server: srv, Mountpoint: mountpoint, Passthrough: st.passthrough && layer.StackChanges(top)&layer.ChangesData == 0, Transport: srv.Transport().String()}, nil
 }
 
 // rawFS hands the node methods what go-fuse's node API leaves out of a

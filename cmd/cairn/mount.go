@@ -60,6 +60,7 @@ type mountFlags struct {
 	vfs           []string // mount(8) options for the kernel (from -o)
 	fsname        string
 	stats         string // -stats: the request counts' file
+	transport     string
 }
 
 func runMount(args []string) int {
@@ -72,6 +73,9 @@ func runMount(args []string) int {
 	fl.BoolVar(&m.shared, "shared", false, "the lowers are shared with other machines (a network file system): the kernel caches no names, attributes\nor pages across opens (timeouts not given are 0), so that an open sees what another client wrote and closed; costs\na round trip per lookup and stat, and a read again after every open (docs/distributed.md)")
 	fl.StringVar(&m.stats, "stats", "", "on SIGUSR1 and at unmount, write the requests the daemon has served, by kind, to this file (JSON:\n"+
 		"{\"seq\": N, \"total\": N, \"requests\": {\"LOOKUP\": N, ...}}; seq counts the writes); SIGUSR1 also logs them")
+	fl.StringVar(&m.transport, "transport", "", "how the kernel's requests reach the daemon: dev (reads and writes of /dev/fuse), uring (FUSE over io_uring, Linux 6.14+;\n"+
+		"experimental; needs 'echo Y > /sys/module/fuse/parameters/enable_uring', else the mount fails) or auto (io_uring where the\n"+
+		"kernel offers it, else dev); default: $CAIRN_FUSE_TRANSPORT, else "+fusefs.DefaultTransport+". The log's \"mounted\" line says which serves")
 	fl.BoolVar(&m.noXattr, "no-xattr", false, "no extended attributes (fewer round trips; the spec's xattr = false)")
 	fl.StringVar(&m.logLevel, "log-level", "", "debug, info, warn or error (default: the spec's log_level, else info)")
 	fl.StringVar(&m.logFile, "log-file", "", "log to this file (JSON lines); default: standard error in the foreground, syslog in the background,\n"+
@@ -122,6 +126,9 @@ Flags:
 	}
 	specArg, mountpoint := fl.Arg(0), fl.Arg(1)
 	if err := m.parseOptions(); err != nil {
+		return fail(err, exitUsage)
+	}
+	if _, err := fusefs.ParseTransport(m.transport); err != nil {
 		return fail(err, exitUsage)
 	}
 
@@ -251,6 +258,7 @@ Flags:
 		Debug:           m.debug,
 		Logger:          logger,
 		LowerDirs:       stack.Dirs,
+		Transport:       m.transport,
 	}
 	// Catch signals before the mount appears: a signal that arrives while it
 	// is being made then unmounts it (instead of killing the process and
@@ -264,7 +272,7 @@ Flags:
 	}
 	// Signals are caught before readiness is reported: a SIGHUP sent as
 	// soon as the mount is ready must not kill the daemon.
-	logger.Info("mounted", "mountpoint", mountpoint, "spec", specArg, "passthrough", srv.Passthrough, "pid", os.Getpid())
+	logger.Info("mounted", "mountpoint", mountpoint, "spec", specArg, "passthrough", srv.Passthrough, "transport", srv.Transport, "pid", os.Getpid())
 	// "ok", or "ok PATH" when the log goes to a file the user did not name.
 	report(strings.TrimSpace("ok " + logPath))
 	// Under systemd (Type=notify, see cairn@.service) the unit is started

@@ -132,7 +132,10 @@
 // the Dev field in the Stat_t result for a file in the mount.
 package fuse
 
-import "log"
+import (
+	"fmt"
+	"log"
+)
 
 // Types for users to implement.
 
@@ -387,6 +390,36 @@ type MountOptions struct {
 	// ExtraCapabilities is a bitmask of capabilities which
 	// must be enabled in addition to the defaults.
 	ExtraCapabilities uint64
+
+	// Transport says how requests and replies travel between the kernel
+	// and the server (a cairn addition, see FORK.md): TransportDevFuse,
+	// the default, reads and writes /dev/fuse; TransportIOUring serves
+	// over FUSE over io_uring, and NewServer fails where the kernel does
+	// not offer it; TransportAuto takes io_uring where the kernel offers
+	// it and /dev/fuse otherwise. Server.Transport says which serves.
+	Transport Transport
+}
+
+// Transport is how requests and replies travel between the kernel and the
+// server.
+type Transport int
+
+const (
+	TransportDevFuse Transport = iota // read and write /dev/fuse
+	TransportAuto                     // io_uring where the kernel offers it, else /dev/fuse
+	TransportIOUring                  // FUSE over io_uring (Linux 6.14+, enable_uring)
+)
+
+func (t Transport) String() string {
+	switch t {
+	case TransportDevFuse:
+		return "/dev/fuse"
+	case TransportAuto:
+		return "auto"
+	case TransportIOUring:
+		return "io_uring"
+	}
+	return fmt.Sprintf("Transport(%d)", int(t))
 }
 
 // RawFileSystem is an interface close to the FUSE wire protocol.

@@ -69,6 +69,16 @@ type Server struct {
 
 	// for implementing single threaded processing.
 	requestProcessingMu sync.Mutex
+
+	// The rings of FUSE over io_uring, if they serve (uring_linux.go).
+	uring     *uringTransport
+	transport Transport
+}
+
+// Transport says what carries the requests and replies of the mount:
+// TransportIOUring or TransportDevFuse.
+func (ms *Server) Transport() Transport {
+	return ms.transport
 }
 
 // SetDebug is deprecated. Use MountOptions.Debug instead.
@@ -227,6 +237,10 @@ func NewServer(fs RawFileSystem, mountPoint string, opts *MountOptions) (*Server
 			fileSystem:  fs,
 			retrieveTab: make(map[uint64]*retrieveCacheRequest),
 			opts:        &o,
+			// Not 0: the kernel takes the NOTIFY_REPLY of a
+			// retrieve with unique 0 for a notification, and
+			// fails it, over io_uring.
+			retrieveNext: 1,
 		},
 		opts:         &o,
 		maxReaders:   maxReaders,
@@ -257,6 +271,14 @@ func NewServer(fs RawFileSystem, mountPoint string, opts *MountOptions) (*Server
 		}
 		mountPoint = filepath.Clean(filepath.Join(cwd, mountPoint))
 	}
+	if o.Transport == TransportIOUring {
+		// Refused before anything is mounted, where it can be told.
+		if on, err := uringEnabled(); err != nil {
+			return nil, err
+		} else if !on {
+			return nil, errURingOff
+		}
+	}
 	fd, err := mount(mountPoint, &o, ms.ready)
 	if err != nil {
 		return nil, err
@@ -269,10 +291,23 @@ func NewServer(fs RawFileSystem, mountPoint string, opts *MountOptions) (*Server
 	}
 	ms.protocolServer.writev = ms.fuseFD.writev
 
+	if err := ms.setupURing(); err != nil {
+		ms.fuseFD.close()
+		unmount(mountPoint, &o)
+		return nil, err
+	}
 	if code := ms.handleInit(); !code.Ok() {
+		if ms.uring != nil {
+			ms.uring.quit()
+		}
 		ms.fuseFD.close()
 		// TODO - unmount as well?
 		return nil, fmt.Errorf("init: %s", code)
+	}
+	if err := ms.registerURing(); err != nil {
+		ms.fuseFD.close()
+		unmount(mountPoint, &o)
+		return nil, err
 	}
 
 	// This prepares for Serve being called somewhere, either
@@ -375,6 +410,9 @@ func (ms *Server) Serve() {
 		log.Panic("Serve() must only be called once, you have called it a second time")
 	}
 
+	if ms.uring != nil {
+		ms.uring.closeServing()
+	}
 	ms.loop()
 	ms.fuseFD.loops.Wait()
 
@@ -475,12 +513,18 @@ exit:
 			// cancel outstanding requests is at the end
 			// of Serve, but that reader might be blocked.
 			ms.cancelAll()
+			if ms.uring != nil {
+				ms.uring.stopRings()
+			}
 			if ms.opts.Debug {
 				ms.opts.Logger.Printf("received ENODEV (unmount request), thread exiting")
 			}
 			break exit
 		default: // some other error?
 			ms.opts.Logger.Printf("Failed to read from fuse conn: %v", errNo)
+			if ms.uring != nil {
+				ms.uring.stopRings()
+			}
 			break exit
 		}
 
@@ -498,28 +542,7 @@ func (ms *Server) handleRequest(req *requestAlloc) Status {
 		ms.requestProcessingMu.Lock()
 		defer ms.requestProcessingMu.Unlock()
 	}
-
-	h, inSize, outSize, outPayloadSize, code := parseRequest(req.inputBuf, &ms.kernelSettings, ms.negotiatedFlags)
-	req.request.status = code
-	if !code.Ok() && code != ENOSYS {
-		ms.opts.Logger.Printf("parseRequest: %v", code)
-	}
-	if code.Ok() {
-		req.request.status = req.splitPayload(inSize, int(h.InputSize))
-		if !req.request.status.Ok() {
-			ms.opts.Logger.Printf("op %s: bad request extension: %v", h.Name, req.request.status)
-		}
-	}
-	req.outHeaderBuf = req.outHeaderInline[:]
-	req.outDataBuf = req.outDataInline[:outSize]
-	clear(req.outHeaderBuf)
-	clear(req.outDataBuf)
-	if outPayloadSize > 0 {
-		req.outPayload = ms.buffers.AllocBuffer(uint32(outPayloadSize))
-		req.bufferPoolOutputBuf = req.outPayload
-	}
-	ms.protocolServer.handleRequest(h, &req.request)
-	if req.suppressReply {
+	if !ms.serveRequest(req) {
 		return OK
 	}
 	errno := ms.fuseFD.write(&req.request)
@@ -543,6 +566,33 @@ func (ms *Server) handleRequest(req *requestAlloc) Status {
 		}
 	}
 	return errno
+}
+
+// serveRequest parses the request in req.inputBuf and serves it, leaving
+// the reply in req; it says whether there is a reply to send. (Split out of
+// handleRequest, for the io_uring transport.)
+func (ms *Server) serveRequest(req *requestAlloc) bool {
+	h, inSize, outSize, outPayloadSize, code := parseRequest(req.inputBuf, &ms.kernelSettings, ms.negotiatedFlags)
+	req.request.status = code
+	if !code.Ok() && code != ENOSYS {
+		ms.opts.Logger.Printf("parseRequest: %v", code)
+	}
+	if code.Ok() {
+		req.request.status = req.splitPayload(inSize, int(h.InputSize))
+		if !req.request.status.Ok() {
+			ms.opts.Logger.Printf("op %s: bad request extension: %v", h.Name, req.request.status)
+		}
+	}
+	req.outHeaderBuf = req.outHeaderInline[:]
+	req.outDataBuf = req.outDataInline[:outSize]
+	clear(req.outHeaderBuf)
+	clear(req.outDataBuf)
+	if outPayloadSize > 0 {
+		req.outPayload = ms.buffers.AllocBuffer(uint32(outPayloadSize))
+		req.bufferPoolOutputBuf = req.outPayload
+	}
+	ms.protocolServer.handleRequest(h, &req.request)
+	return !req.suppressReply
 }
 
 func notifyWrite(writev func([][]byte) (int, syscall.Errno), opts *MountOptions, req *request) Status {
