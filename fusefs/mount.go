@@ -79,7 +79,12 @@ type Server struct {
 	*fuse.Server
 	Mountpoint  string
 	Passthrough bool // files may be handed to the kernel
+	served      chan struct{}
 }
+
+// Wait waits until the mount is gone and the stack has let go of every
+// file the kernel had open (see state.releaseLeft).
+func (s *Server) Wait() { <-s.served }
 
 func timeout(d, def time.Duration) *time.Duration {
 	switch {
@@ -347,14 +352,19 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
 	st.srv = srv
-	go srv.Serve()
+	served := make(chan struct{})
+	go func() {
+		srv.Serve()
+		st.releaseLeft()
+		close(served)
+	}()
 	if err := srv.WaitMount(); err != nil {
 		srv.Unmount()
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
 	// Passthrough, as logged: whether files of this stack can be passed
 	// through at all (each file's Caps decide).
-	return &Server{Server: srv, Mountpoint: mountpoint, Passthrough: st.passthrough && layer.StackChanges(top)&layer.ChangesData == 0}, nil
+	return &Server{Server: srv, Mountpoint: mountpoint, Passthrough: st.passthrough && layer.StackChanges(top)&layer.ChangesData == 0, served: served}, nil
 }
 
 // rawFS hands the node methods what go-fuse's node API leaves out of a
