@@ -49,6 +49,7 @@ func (st *state) newFile(ctx context.Context, f layer.File, path string, ino *fs
 		st.opening(nf)
 	}
 	st.opened(nf)
+	st.nopen.Add(1)
 	return nf
 }
 
@@ -88,6 +89,7 @@ func (f *file) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 func (f *file) Release(ctx context.Context) syscall.Errno {
 	f.st.passReleased(f)
 	f.st.released(f)
+	defer f.st.nopen.Add(-1)
 	return f.st.errno("release", f.path, f.f.Release(callerCtx(ctx)))
 }
 

@@ -80,7 +80,13 @@ type Server struct {
 	Mountpoint  string
 	Passthrough bool // files may be handed to the kernel
 	served      chan struct{}
+	st          *state
 }
+
+// OpenFiles is the number of files of the mount that the stack has open
+// for the kernel: opened and not released yet (the kernel sends RELEASE
+// after close(2) returns), or being released.
+func (s *Server) OpenFiles() int { return int(s.st.nopen.Load()) }
 
 // Wait waits until the mount is gone and the stack has let go of every
 // file the kernel had open (see state.releaseLeft).
@@ -364,7 +370,7 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 	}
 	// Passthrough, as logged: whether files of this stack can be passed
 	// through at all (each file's Caps decide).
-	return &Server{Server: srv, Mountpoint: mountpoint, Passthrough: st.passthrough && layer.StackChanges(top)&layer.ChangesData == 0, served: served}, nil
+	return &Server{Server: srv, Mountpoint: mountpoint, Passthrough: st.passthrough && layer.StackChanges(top)&layer.ChangesData == 0, served: served, st: st}, nil
 }
 
 // rawFS hands the node methods what go-fuse's node API leaves out of a

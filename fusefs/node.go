@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"cairnfs.dev/cairn/third_party/gofuse/fs"
@@ -50,6 +51,9 @@ type state struct {
 
 	opensMu sync.Mutex
 	opens   map[*node][]*file // open files, for nodes with no path (see opens.go)
+	// nopen counts the files opened and not released yet, their layers'
+	// release done (Server.OpenFiles).
+	nopen atomic.Int64
 }
 
 // dirOpened and dirClosed keep state.openDirs.

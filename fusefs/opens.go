@@ -70,6 +70,7 @@ func (st *state) releaseLeft() {
 	for _, fs := range opens {
 		for _, f := range fs {
 			st.errno("release", f.path, f.f.Release(context.Background()))
+			st.nopen.Add(-1)
 		}
 	}
 }

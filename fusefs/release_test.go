@@ -82,3 +82,47 @@ func TestReleasedByUnmount(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenFiles: Server.OpenFiles counts the files the kernel has open
+// through the mount, until the stack has released them (after close(2)
+// returns), which mounttest's WaitReleased waits for.
+func TestOpenFiles(t *testing.T) {
+	mounttest.Need(t)
+	l, err := local.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &openCount{Base: layer.Base{Lower: l}}
+	m := mounttest.Mount(t, c)
+	var fds []int
+	for i := range 10 {
+		fd, err := unix.Open(m.Path(fmt.Sprint(i)), unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fds = append(fds, fd)
+	}
+	if n := m.Server.OpenFiles(); n != 10 {
+		t.Errorf("%d files open, the mount counts %d", 10, n)
+	}
+	for round := range 20 {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		m.WaitReleased(t)
+		if n := c.open.Load(); n != 0 {
+			t.Fatalf("round %d: no file open for the mount, %d open in the stack", round, n)
+		}
+		fds = fds[:0]
+		for i := range 10 {
+			fd, err := unix.Open(m.Path(fmt.Sprint(i)), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fds = append(fds, fd)
+		}
+	}
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}

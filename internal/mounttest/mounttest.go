@@ -83,6 +83,23 @@ func (m *Mounted) Unmount() {
 	fusefs.Unmount(m.Dir, true)
 }
 
+// WaitReleased waits until the stack has released every file opened
+// through the mount (at most 10 s): the kernel sends RELEASE after
+// close(2) returns, and a layer's work at release (a header written, a
+// file settled) comes after it.
+func (m *Mounted) WaitReleased(t testing.TB) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		n := m.Server.OpenFiles()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d files still open in the stack 10 s on", n)
+		}
+	}
+}
+
 // Path joins names under the mountpoint.
 func (m *Mounted) Path(names ...string) string {
 	return m.Dir + "/" + strings.Join(names, "/")

@@ -183,7 +183,7 @@ func TestReadKeepsMtime(t *testing.T) {
 	// The kernel releases the file a little after close(2) returns, and
 	// the release writes (the top link's header, the settle): let it land.
 	// Times have nanoseconds: any later write moves them.
-	time.Sleep(time.Second)
+	m.WaitReleased(t)
 	before, lower := mtime(p), mtime(filepath.Join(d, "f.zg"))
 	mustRead(t, p, want)
 	if got := mtime(p); got != before {
