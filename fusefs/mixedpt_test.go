@@ -62,7 +62,13 @@ func TestMixedPassthrough(t *testing.T) {
 		if err != nil {
 			t.Fatalf("round %d: first reader: %v", i, err)
 		}
-		time.Sleep(150 * time.Millisecond) // the writer's release is done
+		// The writer's release is done: the first reader's file is the
+		// only one open.
+		for deadline := time.Now().Add(10 * time.Second); m.Server.OpenFiles() != 1; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %d files open, want the first reader's", i, m.Server.OpenFiles())
+			}
+		}
 		b, err := os.ReadFile(p)
 		r1.Close()
 		if err != nil || !bytes.Equal(b, want) {
