@@ -64,11 +64,7 @@ func TestMixedPassthrough(t *testing.T) {
 		}
 		// The writer's release is done: the first reader's file is the
 		// only one open.
-		for deadline := time.Now().Add(10 * time.Second); m.Server.OpenFiles() != 1; time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("round %d: %d files open, want the first reader's", i, m.Server.OpenFiles())
-			}
-		}
+		m.WaitOpenFiles(t, 1)
 		b, err := os.ReadFile(p)
 		r1.Close()
 		if err != nil || !bytes.Equal(b, want) {

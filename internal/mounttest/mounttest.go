@@ -89,13 +89,21 @@ func (m *Mounted) Unmount() {
 // file settled) comes after it.
 func (m *Mounted) WaitReleased(t testing.TB) {
 	t.Helper()
+	m.WaitOpenFiles(t, 0)
+}
+
+// WaitOpenFiles waits until the stack has n files open for the mount (at
+// most 10 s): the files still open, the others released (see
+// WaitReleased).
+func (m *Mounted) WaitOpenFiles(t testing.TB, n int) {
+	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		n := m.Server.OpenFiles()
-		if n == 0 {
+		got := m.Server.OpenFiles()
+		if got == n {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d files still open in the stack 10 s on", n)
+			t.Fatalf("%d files open in the stack 10 s on, want %d", got, n)
 		}
 	}
 }
