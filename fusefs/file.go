@@ -57,6 +57,7 @@ func (st *state) newFile(ctx context.Context, f layer.File, path string, ino *fs
 		st.opening(nf)
 	}
 	st.opened(nf)
+	st.nopen.Add(1)
 	return nf
 }
 
@@ -118,6 +119,7 @@ func (f *file) Release(ctx context.Context) syscall.Errno {
 	f.noticeMu.Unlock()
 	f.st.passReleased(f)
 	f.st.released(f)
+	defer f.st.nopen.Add(-1)
 	return f.st.errno("release", f.path, f.f.Release(callerCtx(ctx)))
 }
 

@@ -62,7 +62,9 @@ func TestMixedPassthrough(t *testing.T) {
 		if err != nil {
 			t.Fatalf("round %d: first reader: %v", i, err)
 		}
-		time.Sleep(150 * time.Millisecond) // the writer's release is done
+		// The writer's release is done: the first reader's file is the
+		// only one open.
+		m.WaitOpenFiles(t, 1)
 		b, err := os.ReadFile(p)
 		r1.Close()
 		if err != nil || !bytes.Equal(b, want) {

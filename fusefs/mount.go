@@ -113,7 +113,18 @@ type Server struct {
 	Mountpoint  string
 	Passthrough bool   // files may be handed to the kernel
 	Transport   string // what serves the mount: "io_uring" or "/dev/fuse"
+	served      chan struct{}
+	st          *state
 }
+
+// OpenFiles is the number of files of the mount that the stack has open
+// for the kernel: opened and not released yet (the kernel sends RELEASE
+// after close(2) returns), or being released.
+func (s *Server) OpenFiles() int { return int(s.st.nopen.Load()) }
+
+// Wait waits until the mount is gone and the stack has let go of every
+// file the kernel had open (see state.releaseLeft).
+func (s *Server) Wait() { <-s.served }
 
 func timeout(d, def time.Duration) *time.Duration {
 	switch {
@@ -393,25 +404,25 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 			r.ReportChanges(st.changed)
 		}
 	})
-	go srv.Serve()
+	served := make(chan struct{})
+	go func() {
+		srv.Serve()
+		st.releaseLeft()
+		close(served)
+	}()
 	if err := srv.WaitMount(); err != nil {
 		srv.Unmount()
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
 	if st.passthrough && *opts.AttrTimeout > mappedEvery {
-		done := make(chan struct{})
-		go func() {
-			srv.Wait()
-			close(done)
-		}()
-		go st.watchMapped(done)
+		go st.watchMapped(served)
 	}
 	// Passthrough, as logged: whether files of this stack can be passed
 	// through at all (each file's Caps decide).
 	if transport != fuse.TransportDevFuse {
 		o.Logger.Info("FUSE transport", "mountpoint", mountpoint, "asked", transport.String(), "serves", srv.Transport().String())
 	}
-	return &Server{Server: srv, Mountpoint: mountpoint, Passthrough: st.passthrough && layer.StackChanges(top)&layer.ChangesData == 0, Transport: srv.Transport().String()}, nil
+	return &Server{Server: srv, Mountpoint: mountpoint, Passthrough: st.passthrough && layer.StackChanges(top)&layer.ChangesData == 0, Transport: srv.Transport().String(), served: served, st: st}, nil
 }
 
 // rawFS hands the node methods what go-fuse's node API leaves out of a

@@ -52,6 +52,9 @@ type state struct {
 	opensMu sync.Mutex
 	opens   map[*node][]*file // open files, for nodes with no path (see opens.go)
 	openIno map[uint64]*node  // the nodes of opens, by number (see shadow.go)
+	// nopen counts the files opened and not released yet, their layers'
+	// release done (Server.OpenFiles).
+	nopen atomic.Int64
 }
 
 // dirOpened and dirClosed keep state.openDirs.

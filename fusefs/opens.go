@@ -58,6 +58,25 @@ func (st *state) released(f *file) {
 	st.opensMu.Unlock()
 }
 
+// releaseLeft releases the files still open once the mount is gone. The
+// kernel sends RELEASE after close(2) returns, and at the unmount it drops
+// the requests the daemon has not read yet: a file closed just before the
+// unmount was never released, and its layers' work at release (a codec's
+// header and fold, a replica's times) was lost. The kernel's backing files
+// went with the connection: there is nothing to unregister.
+func (st *state) releaseLeft() {
+	st.opensMu.Lock()
+	opens := st.opens
+	st.opens = nil
+	st.opensMu.Unlock()
+	for _, fs := range opens {
+		for _, f := range fs {
+			st.errno("release", f.path, f.f.Release(context.Background()))
+			st.nopen.Add(-1)
+		}
+	}
+}
+
 func fileNode(f *file) *node {
 	if f.ino == nil {
 		return nil

@@ -67,7 +67,7 @@ func TestMountDaemonAndUmount(t *testing.T) {
 	if isMounted(mnt) {
 		t.Fatal("still mounted")
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for syscall.Kill(rec.Pid, 0) == nil {
 		if time.Now().After(deadline) {
 			t.Fatal("the daemon did not exit after umount")
@@ -87,11 +87,11 @@ func TestSignalUnmounts(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		for i := 0; !isMounted(mnt); i++ {
-			if i > 200 {
+		for deadline := time.Now().Add(20 * time.Second); !isMounted(mnt); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
 				t.Fatal("not mounted")
 			}
-			time.Sleep(20 * time.Millisecond)
 		}
 		cmd.Process.Signal(sig)
 		done := make(chan error)

@@ -79,8 +79,10 @@ func TestMountpointRefusals(t *testing.T) {
 		t.Fatalf("the daemon of %s: %v", mnt, err)
 	}
 	exec.Command("kill", "-9", strings.TrimSpace(string(pid))).Run()
-	for i := 0; i < 100 && !isDead(mnt); i++ {
-		time.Sleep(20 * time.Millisecond)
+	for deadline := time.Now().Add(20 * time.Second); !isDead(mnt); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not dead 20 s after its daemon was killed", mnt)
+		}
 	}
 	out, code = cairn(t, "mount", spec, mnt)
 	expect(out, code, 4, "mountpoint "+mnt+" is a dead cairn mount (the process that served it is gone); run 'cairn umount "+mnt+"' first")

@@ -83,6 +83,31 @@ func (m *Mounted) Unmount() {
 	fusefs.Unmount(m.Dir, true)
 }
 
+// WaitReleased waits until the stack has released every file opened
+// through the mount (at most 10 s): the kernel sends RELEASE after
+// close(2) returns, and a layer's work at release (a header written, a
+// file settled) comes after it.
+func (m *Mounted) WaitReleased(t testing.TB) {
+	t.Helper()
+	m.WaitOpenFiles(t, 0)
+}
+
+// WaitOpenFiles waits until the stack has n files open for the mount (at
+// most 10 s): the files still open, the others released (see
+// WaitReleased).
+func (m *Mounted) WaitOpenFiles(t testing.TB, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		got := m.Server.OpenFiles()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d files open in the stack 10 s on, want %d", got, n)
+		}
+	}
+}
+
 // Path joins names under the mountpoint.
 func (m *Mounted) Path(names ...string) string {
 	return m.Dir + "/" + strings.Join(names, "/")

@@ -185,7 +185,7 @@ func TestReadKeepsMtime(t *testing.T) {
 	// The kernel releases the file a little after close(2) returns, and
 	// the release writes (the top link's header, the settle): let it land.
 	// Times have nanoseconds: any later write moves them.
-	time.Sleep(time.Second)
+	m.WaitReleased(t)
 	before, lower := mtime(p), mtime(filepath.Join(d, "f.zg"))
 	mustRead(t, p, want)
 	if got := mtime(p); got != before {
@@ -287,13 +287,11 @@ func TestViewBudget(t *testing.T) {
 	if peak > budget {
 		t.Errorf("the views held %d bytes at once, more than the budget of %d", peak, budget)
 	}
-	// Closed links hold nothing (the kernel releases a file a little
-	// after close returns).
-	for i := 0; fs.ViewBytes() != 0; i++ {
-		if i == 200 {
-			t.Fatalf("%d bytes still held with no link open", fs.ViewBytes())
-		}
-		time.Sleep(10 * time.Millisecond)
+	// Closed links hold nothing once released (the kernel releases a
+	// file a little after close returns).
+	m.WaitReleased(t)
+	if n := fs.ViewBytes(); n != 0 {
+		t.Fatalf("%d bytes still held with no link open", n)
 	}
 }
 

@@ -31,6 +31,11 @@ type file struct {
 	mu sync.Mutex
 	lf []layer.File // by replica; nil where not open
 	rd int
+	// hold is the primary's file (replica holdAt) of a read-only file
+	// read on another replica, kept open unread until the release: see
+	// openRead.
+	hold   layer.File
+	holdAt int
 }
 
 // settle drops the files of replicas degraded meanwhile; reads stay on
@@ -285,6 +290,14 @@ func (f *file) Release(ctx context.Context) error {
 			go lf.Release(context.Background())
 		}
 		f.lf[i] = nil
+	}
+	if f.hold != nil {
+		if f.fs.Healthy(f.holdAt) {
+			f.hold.Release(ctx)
+		} else {
+			go f.hold.Release(context.Background())
+		}
+		f.hold = nil
 	}
 	return nil
 }

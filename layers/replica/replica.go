@@ -856,7 +856,7 @@ func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, err
 // identity and size by its descriptor (no lookup by path): a file smaller
 // than BalanceSize is read there; a larger one where the policy says, the
 // primary's file then serving only to touch its atime (without reading
-// data) when the read elsewhere would have changed it.
+// data) when the read elsewhere would have changed it, and kept open.
 func (fs *FS) openRead(ctx context.Context, f *file, path string, flags int) (layer.File, error) {
 	open := func(i int) (layer.File, error) { return fs.r[i].Open(ctx, path, flags) }
 	lf, p, err := one(fs, fs.primary(), "open", path, open)
@@ -894,7 +894,12 @@ func (fs *FS) openRead(ctx context.Context, f *file, path string, flags int) (la
 			if staleAtime(&a) {
 				layer.TouchAtime(ctx, lf)
 			}
-			lf.Release(ctx)
+			// The primary's file stays open, unread: the number shown
+			// is its inode's, which an unlink would otherwise free for
+			// a new file of the primary while this one is open (the
+			// kernel then took the new file's node for this file's,
+			// and failed this file's reads with EIO).
+			f.hold, f.holdAt = lf, p
 			lf, i = other, j
 			f.show = &f.id
 		} else {
