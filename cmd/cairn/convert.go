@@ -11,7 +11,6 @@ import (
 
 	"cairnfs.dev/cairn/layer"
 	"cairnfs.dev/cairn/layers/codec"
-	"cairnfs.dev/cairn/registry"
 )
 
 func init() {
@@ -73,25 +72,9 @@ Flags:
 		fl.Usage()
 		return exitUsage
 	}
-	s, err := loadSpec(fl.Arg(0))
-	if err != nil {
-		return specFailed(stderr, fl.Arg(0), err)
-	}
-	if err := useSecretFlags(s, *passfile, *extpass); err != nil {
-		fmt.Fprintf(stderr, "cairn convert: %v\n", err)
-		return exitUsage
-	}
-	secrets, err := layerSecrets(s)
-	if err != nil {
-		fmt.Fprintf(stderr, "cairn convert: %v\n", err)
-		return exitFailed
-	}
-	for name, b := range secrets {
-		s.Layers[name].Values[registry.SecretKey] = b
-	}
-	stack, err := s.Build()
-	if err != nil {
-		return specFailed(stderr, fl.Arg(0), err)
+	stack, code := buildOffline("convert", stderr, fl.Arg(0), *passfile, *extpass)
+	if stack == nil {
+		return code
 	}
 	defer stack.Close()
 	var codecs []*codec.FS

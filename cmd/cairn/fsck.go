@@ -12,6 +12,7 @@ import (
 
 	"cairnfs.dev/cairn/layer"
 	"cairnfs.dev/cairn/registry"
+	"cairnfs.dev/cairn/spec"
 )
 
 // exitDropped: fsck --repair --force dropped data (kept in lost+found).
@@ -85,27 +86,9 @@ Flags:
 			mode = layer.RepairForce
 		}
 	}
-	s, err := loadSpec(fl.Arg(0))
-	if err != nil {
-		return specFailed(stderr, fl.Arg(0), err)
-	}
-	if err := useSecretFlags(s, *passfile, *extpass); err != nil {
-		fmt.Fprintf(stderr, "cairn fsck: %v\n", err)
-		return exitUsage
-	}
-	// Passphrases are asked for as mount asks for them (on the terminal,
-	// or read from standard input when it is not one).
-	secrets, err := layerSecrets(s)
-	if err != nil {
-		fmt.Fprintf(stderr, "cairn fsck: %v\n", err)
-		return exitFailed
-	}
-	for name, b := range secrets {
-		s.Layers[name].Values[registry.SecretKey] = b
-	}
-	stack, err := s.Build()
-	if err != nil {
-		return specFailed(stderr, fl.Arg(0), err)
+	stack, code := buildOffline("fsck", stderr, fl.Arg(0), *passfile, *extpass)
+	if stack == nil {
+		return code
 	}
 	defer stack.Close()
 	checkers := layer.Checkers(stack.Top)
@@ -166,4 +149,33 @@ Flags:
 		return exitDropped
 	}
 	return exitOK
+}
+
+// buildOffline builds the stack of the spec at arg for a command that
+// works on it without mounting it (fsck, convert): the secret flags in
+// place of the spec's, passphrases asked for as mount asks for them (on
+// the terminal, or read from standard input when it is not one). On
+// failure it says why on stderr and returns the exit code.
+func buildOffline(cmd string, stderr io.Writer, arg, passfile, extpass string) (*spec.Stack, int) {
+	s, err := loadSpec(arg)
+	if err != nil {
+		return nil, specFailed(stderr, arg, err)
+	}
+	if err := useSecretFlags(s, passfile, extpass); err != nil {
+		fmt.Fprintf(stderr, "cairn %s: %v\n", cmd, err)
+		return nil, exitUsage
+	}
+	secrets, err := layerSecrets(s)
+	if err != nil {
+		fmt.Fprintf(stderr, "cairn %s: %v\n", cmd, err)
+		return nil, exitFailed
+	}
+	for name, b := range secrets {
+		s.Layers[name].Values[registry.SecretKey] = b
+	}
+	stack, err := s.Build()
+	if err != nil {
+		return nil, specFailed(stderr, arg, err)
+	}
+	return stack, exitOK
 }
