@@ -16,6 +16,16 @@ import (
 	"cairnfs.dev/cairn/layers/null"
 )
 
+// nullMount mounts a null stack over a fresh local directory (the lower).
+func nullMount(t *testing.T) (string, *mounttest.Mounted) {
+	lower := t.TempDir()
+	l, err := local.New(lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lower, mounttest.Mount(t, null.New(l))
+}
+
 // delta returns the requests of each kind that fn made on m's server.
 func delta(m *mounttest.Mounted, fn func()) map[string]uint64 {
 	before := m.Server.RequestCounts()
@@ -35,12 +45,7 @@ func delta(m *mounttest.Mounted, fn func()) map[string]uint64 {
 // close of a file opened for writing still does (it may report a delayed
 // write's error).
 func TestNoFlushReadOnly(t *testing.T) {
-	lower := t.TempDir()
-	l, err := local.New(lower)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := mounttest.Mount(t, null.New(l))
+	_, m := nullMount(t)
 	os.WriteFile(m.Path("f"), []byte("data"), 0o644)
 	d := delta(m, func() {
 		for range 20 {
@@ -111,12 +116,7 @@ func TestExclusiveLocal(t *testing.T) {
 // GETATTR; a close after a write through a shared mapping still makes the
 // kernel fetch them (the mtime it shows moves: TestMmapMtimeAtClose).
 func TestFlushWithoutChange(t *testing.T) {
-	lower := t.TempDir()
-	l, err := local.New(lower)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := mounttest.Mount(t, null.New(l))
+	_, m := nullMount(t)
 	d := delta(m, func() {
 		fd, err := syscall.Open(m.Path("f"), syscall.O_WRONLY|syscall.O_CREAT|syscall.O_TRUNC, 0o644)
 		if err != nil {
@@ -145,12 +145,7 @@ func TestFlushWithoutChange(t *testing.T) {
 // frontend's notice at close too; TestMmapWriteTimes, xfs_io's, is the one
 // that needs it.)
 func TestMmapMtimeAtClose(t *testing.T) {
-	lower := t.TempDir()
-	l, err := local.New(lower)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := mounttest.Mount(t, null.New(l))
+	lower, m := nullMount(t)
 	if err := os.WriteFile(m.Path("f"), make([]byte, 4096), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -193,12 +188,7 @@ func statMtime(t *testing.T, p string) time.Time {
 // kept for the attribute timeout like a GETATTR's: a stat after a chmod,
 // a chown, a utimes or a truncate costs no request, and shows the change.
 func TestNoGetattrAfterSetattr(t *testing.T) {
-	lower := t.TempDir()
-	l, err := local.New(lower)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := mounttest.Mount(t, null.New(l))
+	_, m := nullMount(t)
 	if err := os.WriteFile(m.Path("f"), []byte("data"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -219,6 +209,7 @@ func TestNoGetattrAfterSetattr(t *testing.T) {
 		{"truncate", func() error { return os.Truncate(m.Path("f"), 2) }, func(fi os.FileInfo) bool { return fi.Size() == 2 }},
 	} {
 		var fi os.FileInfo
+		var err error
 		d := delta(m, func() {
 			if err := step.do(); err != nil {
 				t.Fatalf("%s: %v", step.name, err)
@@ -241,12 +232,7 @@ func TestNoGetattrAfterSetattr(t *testing.T) {
 // exclusive stack's attributes for a day, is told within about a second
 // (watchMapped), so a stat shows the new mtime before the file is closed.
 func TestMappedWriteWhileOpen(t *testing.T) {
-	lower := t.TempDir()
-	l, err := local.New(lower)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := mounttest.Mount(t, null.New(l))
+	lower, m := nullMount(t)
 	if err := os.WriteFile(m.Path("f"), make([]byte, 4096), 0o644); err != nil {
 		t.Fatal(err)
 	}
