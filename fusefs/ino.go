@@ -13,49 +13,61 @@ import (
 // the lower's device and inode numbers and the fan-out branch). Equal IDs
 // (hard links) get one number, different IDs different numbers, so files of
 // two file systems under one lower, or of two lowers of a fan-out layer,
-// never share a node. The layout is gocryptfs's inomap:
+// never share a node. The layout is gocryptfs's inomap, with mergerfs's hash
+// where the identity does not fit:
 //
 //	[0][15-bit namespace][48-bit lower inode number]
-//	[1][63-bit serial number]
+//	[1][0][62-bit hash of the identity]
+//	[1][1][62-bit serial number]
 //
 // A namespace is one (device, branch) pair, numbered in the order the mount
 // meets them; the root's comes first, as 0, so the files of the root's own
 // file system keep the lower's inode numbers. A lower inode number of 2^48
-// or more, or a namespace past the 32767th, takes a serial number instead
-// ("spilled"), kept while the kernel knows the object (see forget); serial
-// numbers are never reused.
+// or more (GlusterFS's are), or a namespace past the 32767th, takes a hash
+// of its device, branch and inode numbers: the same number whenever the
+// object is met, before and after the kernel forgets it and across
+// remounts, with nothing to keep. (Serial numbers kept while the kernel
+// knew the object, as gocryptfs keeps them, came apart between a FORGET and
+// a LOOKUP that raced it, and gave two hard links two numbers.) Two
+// identities whose hashes meet (about one chance in 10^8 for 10^5 hashed
+// objects alive at once) are told apart when the second one's node is made
+// (node.newNode): it takes a serial number, kept for the mount's life.
+// Serial numbers are never reused.
 type inoMap struct {
-	mu    sync.Mutex
-	ns    map[nsKey]uint64
-	keys  []nsKey // by namespace number: the inverse of ns
-	spill map[layer.ID]uint64
+	mu   sync.Mutex
+	ns   map[nsKey]uint64
+	keys []nsKey // by namespace number: the inverse of ns
+	// collided holds the serial numbers of identities whose hash another
+	// identity had first.
+	collided map[layer.ID]uint64
 	// fresh gives objects a serial number in place of their own while a
 	// node of their own number must be left to the files open on it (see
 	// renumber).
 	fresh map[layer.ID]uint64
 	next  uint64 // next serial number
 	root  layer.ID
+	hash  func(layer.ID) uint64 // hashIno; tests make it collide
 }
 
 type nsKey struct{ dev, branch uint64 }
 
 const (
-	nsShift  = 48
-	maxNs    = 1<<15 - 1
-	maxIno   = 1<<nsShift - 1
-	spillBit = 1 << 63
+	nsShift   = 48
+	maxNs     = 1<<15 - 1
+	maxIno    = 1<<nsShift - 1
+	spillBit  = 1 << 63 // a hashed or serial number: not the lower's
+	serialBit = 1 << 62 // a serial number (with spillBit)
+	hashMask  = serialBit - 1
 )
 
 // ino is the inode number of id, for a node.
-func (m *inoMap) ino(id layer.ID) uint64 { return m.get(id, true) }
+func (m *inoMap) ino(id layer.ID) uint64 { return m.get(id) }
 
-// direntIno is the inode number of id for a directory entry that may get
-// no node (plain READDIR): a spilled number it makes is not kept, so
-// listings do not grow the map (such an entry's d_ino then differs from the
-// st_ino a later lookup gives).
-func (m *inoMap) direntIno(id layer.ID) uint64 { return m.get(id, false) }
+// direntIno is the inode number of id for a directory entry (READDIR,
+// which makes no node): the same number a lookup gives.
+func (m *inoMap) direntIno(id layer.ID) uint64 { return m.get(id) }
 
-func (m *inoMap) get(id layer.ID, keep bool) uint64 {
+func (m *inoMap) get(id layer.ID) uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if n, ok := m.fresh[noGen(id)]; ok {
@@ -78,22 +90,63 @@ func (m *inoMap) get(id layer.ID, keep bool) uint64 {
 			return n
 		}
 	}
-	if n, ok := m.spill[id]; ok {
+	if n, ok := m.collided[noGen(id)]; ok {
 		return n
 	}
-	n := spillBit | m.next
-	m.next++
-	if keep {
-		if m.spill == nil {
-			m.spill = make(map[layer.ID]uint64)
-		}
-		m.spill[id] = n
+	h := hashIno
+	if m.hash != nil {
+		h = m.hash
 	}
+	return spillBit | h(id)&hashMask
+}
+
+// hashIno mixes an identity's device, branch and inode numbers (not its
+// generation: a reused inode number keeps its st_ino, as on the lower)
+// with splitmix64's finaliser.
+func hashIno(id layer.ID) uint64 {
+	h := uint64(0x9e3779b97f4a7c15)
+	for _, v := range [3]uint64{id.Dev, id.Branch, id.Ino} {
+		h = mix64(h ^ v)
+	}
+	return h
+}
+
+func mix64(z uint64) uint64 {
+	z += 0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+// hashed says whether n is a hashed number (not the lower's, not serial).
+func hashed(n uint64) bool { return n&(spillBit|serialBit) == spillBit }
+
+// collide gives id, whose hashed number another identity's node holds, a
+// serial number of its own for the rest of the mount.
+func (m *inoMap) collide(id layer.ID) uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n, ok := m.collided[noGen(id)]; ok {
+		return n
+	}
+	if m.collided == nil {
+		m.collided = make(map[layer.ID]uint64)
+	}
+	n := m.serial()
+	m.collided[noGen(id)] = n
+	return n
+}
+
+// serial is a new serial number; m.mu is held.
+func (m *inoMap) serial() uint64 {
+	n := spillBit | serialBit | m.next
+	m.next++
 	return n
 }
 
 // id is the identity (but its generation) of the object with number n, for
-// finding it again from its node id alone; false for a serial number.
+// finding it again from its node id alone; false for a hashed or serial
+// number.
 func (m *inoMap) id(n uint64) (layer.ID, bool) {
 	if n&spillBit != 0 {
 		return layer.ID{}, false
@@ -107,19 +160,6 @@ func (m *inoMap) id(n uint64) (layer.ID, bool) {
 	return layer.ID{Dev: m.keys[ns].dev, Branch: m.keys[ns].branch, Ino: n & maxIno}, true
 }
 
-// forget drops a spilled number once the kernel has forgotten its node; the
-// next lookup of the object gives it a new one.
-func (m *inoMap) forget(id layer.ID, ino uint64) {
-	if ino&spillBit == 0 {
-		return
-	}
-	m.mu.Lock()
-	if m.spill[id] == ino {
-		delete(m.spill, id)
-	}
-	m.mu.Unlock()
-}
-
 // renumber gives id a new serial number, for the nodes made from now on:
 // the node of its old number stays the files' that are open on it (a
 // passthrough backing file the kernel keeps, see passthrough.go), and the
@@ -130,8 +170,7 @@ func (m *inoMap) forget(id layer.ID, ino uint64) {
 func (m *inoMap) renumber(id layer.ID) uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	n := spillBit | m.next
-	m.next++
+	n := m.serial()
 	if m.fresh == nil {
 		m.fresh = make(map[layer.ID]uint64)
 	}

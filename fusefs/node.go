@@ -167,7 +167,6 @@ var (
 	_ fs.NodeRemovexattrer  = (*node)(nil)
 	_ fs.NodeStatfser       = (*node)(nil)
 	_ fs.NodeCopyFileRanger = (*node)(nil)
-	_ fs.NodeOnForgetter    = (*node)(nil)
 )
 
 // path is the node's path in the stack; false if the node was removed.
@@ -256,13 +255,20 @@ func (n *node) newChild(ctx context.Context, p string, a *layer.Attr, out *fuse.
 func (n *node) newNode(ctx context.Context, a *layer.Attr, out *fuse.EntryOut) *fs.Inode {
 	fillAttr(a, &out.Attr)
 	id := a.ID()
-	ino := n.st.noClash(id, n.st.inos.ino(id))
+	ino := n.st.inos.ino(id)
+	if hashed(ino) {
+		// Another identity with the same hash holds the number: this one
+		// takes a serial number (see inoMap).
+		if old := n.NodeByIno(ino); old != nil {
+			if on, ok := old.Operations().(*node); ok && noGen(on.id) != noGen(id) {
+				ino = n.st.inos.collide(id)
+			}
+		}
+	}
+	ino = n.st.noClash(id, ino)
 	out.Attr.Ino = ino
 	return n.NewInode(ctx, &node{st: n.st, id: id}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: ino, Gen: id.Gen})
 }
-
-// OnForget: the kernel has forgotten the node.
-func (n *node) OnForget() { n.st.inos.forget(n.id, n.StableAttr().Ino) }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	p, ok := n.child(name)

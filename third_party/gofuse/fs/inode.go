@@ -374,6 +374,12 @@ func (n *Inode) newInode(ctx context.Context, ops InodeEmbedder, id StableAttr, 
 	return n.bridge.newInode(ctx, ops, id, persistent)
 }
 
+// NodeByIno returns the node the tree holds under inode number ino (with
+// Options.ExternalNodeID, its node id), or nil. (cairn: see FORK.md.)
+func (n *Inode) NodeByIno(ino uint64) *Inode {
+	return n.bridge.ids.findByAttr(StableAttr{Ino: ino})
+}
+
 // removeRef updates this Inode's kernel-ref/persistence state. Returns
 // if this operation left the node holding a kernel reference, and
 // whether it is live (ie. was not dropped from the tree)
