@@ -360,7 +360,7 @@ func makeReport(outDir, reportPath string) error {
 				continue
 			}
 			if sw == "attributes" {
-				p("### File attributes (ls -lRF of the tree)\n\n")
+				p("### File attributes (ls -lRF of the tree) and its removal (rm -rf)\n\n")
 			}
 			if isSweep(sw) || (sw == "opencost") {
 				r.sweepTables(&md, sw, cfgs, meta)

@@ -586,7 +586,7 @@ func pCompile(b *Bench) string {
 	if b.Quick {
 		what = "unpack only (--quick skips configure and make)"
 	}
-	return fmt.Sprintf("%s of %s inside the file system, compiler and headers outside; then ls -lRF of the tree after a remount with caches dropped (cold) and again (warm); elapsed, user and system seconds of the commands; %d runs",
+	return fmt.Sprintf("%s of %s inside the file system, compiler and headers outside; then ls -lRF of the tree after a remount with caches dropped (cold) and again (warm), then rm -rf of it and sync; elapsed, user and system seconds of the commands; %d runs",
 		what, filepath.Base(b.Tarball), b.runs(2))
 }
 
@@ -638,6 +638,22 @@ func wCompile(c *Ctx) error {
 				}
 				c.rec("attributes", m, 0, run, el, "s")
 			}
+			// rm -rf of the tree, then sync (the distributed-lower issue's
+			// "rm -rf"; a layer that keeps side files removes them too).
+			t0 := time.Now()
+			ents, err := os.ReadDir(i.Dir)
+			if err != nil {
+				return err
+			}
+			args := []string{"-rf"}
+			for _, e := range ents {
+				args = append(args, e.Name())
+			}
+			if _, _, _, err := c.timed(i.Dir, append([]string{"rm"}, args...)...); err != nil {
+				return err
+			}
+			syscall.Sync()
+			c.rec("attributes", "rm -rf", 0, run, time.Since(t0).Seconds(), "s")
 			return stepErr
 		}()
 		if e := i.stop(); err == nil {
