@@ -98,3 +98,110 @@ func TestBrickKilled(t *testing.T) {
 		t.Fatalf("after the brick came back, a new mount reads %d bytes (%v), want the %d fsync'ed", len(got), err, len(want))
 	}
 }
+
+// TestBrickKilledOpenFile: a file held open across the brick's death, on a
+// null stack (the kernel reads and writes the GlusterFS file itself:
+// passthrough) and a zstd stack (the daemon does). While the brick is dead
+// its reads, writes and fsyncs fail promptly (EIO or ENOTCONN); once the
+// brick is back, the same descriptor never returns wrong bytes: a read
+// gives the file's bytes or an error, and a write that fsync acknowledges
+// is there for a new mount.
+func TestBrickKilledOpenFile(t *testing.T) {
+	for _, kind := range []string{"null", "zstd"} {
+		t.Run(kind, func(t *testing.T) {
+			lower := glustertest.Dir(t, "one")
+			spec := "mount = \"top\"\n[layer.base]\ntype = \"local\"\npath = \"" + lower + "\"\n[layer.top]\ntype = \"" + kind + "\"\nover = \"base\"\n"
+			p := mounttest.MountSpec(t, spec)
+			want := bytes.Repeat([]byte("held open while the brick died\n"), 2000)
+			f, err := os.OpenFile(p.Path("f"), os.O_CREATE|os.O_RDWR, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := f.Write(want); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			glustertest.KillBricks(t, "one")
+			restarted := false
+			defer func() {
+				if !restarted {
+					glustertest.StartBricks(t, "one")
+				}
+			}()
+			isNetErr := func(err error) bool {
+				return errors.Is(err, syscall.EIO) || errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.EBADF)
+			}
+			const limit = 15 * time.Second
+			err = within(t, limit, "write and fsync of the open file", func() error {
+				if _, err := f.WriteAt([]byte("lost"), 0); err != nil {
+					return err
+				}
+				return f.Sync()
+			})
+			if !isNetErr(err) {
+				t.Errorf("write and fsync with the brick dead: %v, want EIO or ENOTCONN", err)
+			}
+			glustertest.StartBricks(t, "one")
+			restarted = true
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				if _, err := os.Stat(filepath.Join(lower, "f")); err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the GlusterFS client did not reconnect within 30 s")
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			// The descriptor may be dead for good (GlusterFS reopens some,
+			// not all); what it must not do is give other bytes.
+			got := make([]byte, len(want))
+			n, err := within2(t, limit, "read of the open file after the brick came back", func() (int, error) { return f.ReadAt(got, 0) })
+			if err == nil || n > 0 {
+				g := got[:n]
+				lost := append([]byte("lost"), want[4:]...)
+				if !bytes.Equal(g, want[:n]) && !bytes.Equal(g, lost[:n]) {
+					t.Errorf("the open file reads other bytes after the brick came back: %q...", g[:min(len(g), 40)])
+				}
+			} else if !isNetErr(err) {
+				t.Errorf("read after the brick came back: %v", err)
+			}
+			tail := []byte("written after the brick came back\n")
+			_, werr := within2(t, limit, "write and fsync after the brick came back", func() (int, error) {
+				n, err := f.WriteAt(tail, int64(len(want)))
+				if err != nil {
+					return n, err
+				}
+				return n, f.Sync()
+			})
+			f.Close()
+			p.Unmount()
+			q := mounttest.MountSpec(t, spec)
+			g, err := os.ReadFile(q.Path("f"))
+			if err != nil {
+				t.Fatalf("a new mount cannot read the file: %v", err)
+			}
+			if len(g) < len(want) || !bytes.Equal(g[4:len(want)], want[4:]) {
+				t.Fatalf("a new mount reads %d bytes, not the fsync'ed ones", len(g))
+			}
+			if werr == nil && !bytes.Equal(g[len(want):], tail) {
+				t.Fatalf("a write fsync'ed after the brick came back is not there: %q", g[len(want):])
+			}
+			t.Logf("after the brick came back: read %d bytes (%v), write and fsync: %v", n, err, werr)
+		})
+	}
+}
+
+func within2(t *testing.T, d time.Duration, what string, f func() (int, error)) (int, error) {
+	t.Helper()
+	var n int
+	err := within(t, d, what, func() error {
+		var err error
+		n, err = f()
+		return err
+	})
+	return n, err
+}
