@@ -107,7 +107,8 @@ Flags:
 	}
 	var bar *progress
 	err = sh.Reshard(ctx, p, to, func(pr shard.Progress) {
-		if *quiet {
+		to = pr.To // the layout chosen, where the spec's grows
+		if *quiet || pr.Sources == 0 {
 			return
 		}
 		if bar == nil {
