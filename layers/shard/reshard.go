@@ -212,6 +212,8 @@ func (fs *FS) reshard(ctx context.Context, path string, to Layout, j *Job, progr
 			return fmt.Errorf("shard: reshard %s: the directory holds names that begin with the bucket prefix %q (%s): rename them first, or choose another prefix (option prefix); nothing was changed",
 				path, to.Prefix, strings.Join(clash, ", "))
 		}
+	} else if j.auto && ds.counted.Load() {
+		total = int(ds.entries.Load()) // an estimate, read already: no listing
 	} else {
 		for s := st.Next; s < st.From.Buckets; s++ {
 			count(join(lp, st.From.BucketName(s)), "\x00")
