@@ -66,7 +66,7 @@ func (fs *FS) count(r *res, delta int64) {
 		switch {
 		case err == nil:
 		case errors.Is(err, errSkipped), errors.Is(err, syscall.EBUSY), errors.Is(err, context.Canceled),
-			errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ENOTDIR):
+			errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.ELOOP):
 			// A rename or removal, or a resharding of a directory above
 			// or below: the next change tries again.
 			ds.retryAt.Store(time.Now().Add(time.Second).UnixNano())

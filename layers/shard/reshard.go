@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -59,8 +60,12 @@ func (j *Job) Status() string {
 	return "running: " + j.p.String()
 }
 
-// batch is how many entries move under one write lock.
-const batch = 256
+// batch is how many entries move under one write lock; window is how
+// many names of a source are read at once, to move in key order.
+const (
+	batch  = 256
+	window = 1 << 16
+)
 
 // Reshard converts directory path to layout to, a bucket of the old
 // layout at a time, while the directory stays in use: entries move with
@@ -257,7 +262,7 @@ func (fs *FS) reshard(ctx context.Context, path string, to Layout, j *Job, progr
 				if skip == "" || !strings.HasPrefix(name, skip) {
 					names = append(names, name)
 				}
-				return len(names) < batch
+				return len(names) < window
 			})
 			if errors.Is(err, syscall.ENOENT) && src != lp {
 				break
@@ -268,17 +273,33 @@ func (fs *FS) reshard(ctx context.Context, path string, to Layout, j *Job, progr
 			if len(names) == 0 {
 				break
 			}
-			n, err := fs.move(ctx, ds, lp, src, names)
-			p.Moved += n
-			report()
-			if err != nil {
-				return fmt.Errorf("shard: reshard %s: stopped at bucket %d of %d (%d entries moved; every entry is in its old place or its new one, and the record says which to look in): %w; run again to resume",
-					path, s, st.From.count(), p.Moved, err)
+			// The lower lists in its own hash order (ext4's htree), and a
+			// directory filled in that order splits its blocks half full:
+			// the new buckets would be half as big again as needed, and
+			// cost as much more to read cold. Key order is not the
+			// lower's.
+			sort.Slice(names, func(i, j int) bool { return to.Key(names[i]) < to.Key(names[j]) })
+			for len(names) > 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				k := min(batch, len(names))
+				n, err := fs.move(ctx, ds, lp, src, names[:k])
+				names = names[k:]
+				p.Moved += n
+				report()
+				if err != nil {
+					return fmt.Errorf("shard: reshard %s: stopped at bucket %d of %d (%d entries moved; every entry is in its old place or its new one, and the record says which to look in): %w; run again to resume",
+						path, s, st.From.count(), p.Moved, err)
+				}
 			}
 		}
 		lock(ds)
 		if src != lp {
 			fs.lower.Rmdir(self, src)
+			ds.nlinkMu.Lock()
+			ds.nlink = -1 // counted the buckets
+			ds.nlinkMu.Unlock()
 		}
 		c := *ds.get()
 		c.Next = s + 1

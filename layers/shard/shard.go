@@ -579,6 +579,16 @@ func (fs *FS) Getattr(ctx context.Context, path string) (layer.Attr, error) {
 		return layer.Attr{}, err
 	}
 	defer r.done()
+	// A sharded directory's link count is the lower's and its buckets':
+	// read both while no resharding makes or removes buckets. (One whose
+	// record is not cached has none running.)
+	fs.mu.Lock()
+	cached := fs.dirs[path]
+	fs.mu.Unlock()
+	if cached.getOrNil() != nil {
+		cached.mu.RLock()
+		defer cached.mu.RUnlock()
+	}
 	a, err := fs.lower.Getattr(ctx, r.lower)
 	if err != nil || !a.IsDir() {
 		return a, err
