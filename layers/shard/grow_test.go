@@ -3,6 +3,7 @@
 package shard_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -247,6 +248,58 @@ over = "base"
 		}
 		p.Unmount()
 	}
+	// Rules: a rule's buckets fixes the count, its max_bucket 0 stops
+	// growth, and growth is the layer's default elsewhere.
+	lower := t.TempDir()
+	p := mounttest.MountSpec(t, fmt.Sprintf(`mount = "top"
+[layer.base]
+type = "local"
+path = %q
+[layer.top]
+type = "shard"
+over = "base"
+[[rule]]
+layer = "top"
+match = "fixed"
+buckets = 64
+[[rule]]
+layer = "top"
+match = "still"
+max_bucket = 0
+[[rule]]
+layer = "top"
+match = "**"
+`, lower))
+	for d, want := range map[string]string{
+		"fixed": `{"v":1,"cur":{"scheme":"hash","buckets":64,"prefix":".shard."}}`,
+		"still": `{"v":1,"cur":{"scheme":"hash","buckets":256,"prefix":".shard."}}`,
+		"other": `{"v":1,"cur":{"scheme":"hash","buckets":1,"prefix":".shard."}}`,
+	} {
+		os.Mkdir(p.Path(d), 0o755)
+		if got := record(t, p.Path(d)); got != want {
+			t.Errorf("rules: %s: record %s, want %s", d, got, want)
+		}
+	}
+}
+
+// TestGrowExisting: a directory sharded with a fixed layout grows once a
+// growing layer serves it and it averages more than max_bucket a bucket;
+// its entries are estimated from a few of its buckets.
+func TestGrowExisting(t *testing.T) {
+	lower := t.TempDir()
+	initial := fillFlat(t, filepath.Join(lower, "d"), 20000)
+	old := shard.Layout{Scheme: shard.Hash, Buckets: 8, Prefix: shard.DefaultPrefix}
+	if err := stack(t, lower, 8).Reshard(context.Background(), "d", old, nil); err != nil {
+		t.Fatal(err)
+	}
+	m := mounttest.Mount(t, growing(t, lower, 500))
+	waitGrown(t, m.Path("d"), old)
+	os.WriteFile(m.Path("d", "new"), []byte("new"), 0o644)
+	initial["new"] = "new"
+	// 20001 names at 500 a bucket: 64 buckets.
+	l := shard.Layout{Scheme: shard.Hash, Buckets: 64, Prefix: shard.DefaultPrefix}
+	waitGrown(t, m.Path("d"), l)
+	checkDir(t, m.Path("d"), filepath.Join(lower, "d"), l, initial, &workload{model: map[string]string{}, uncertain: map[string]bool{}})
 }
 
 // TestFsxTreeGrowing runs the namespace model in directories that split
