@@ -125,6 +125,14 @@ func (fs *FS) run(ctx context.Context, path string, to Layout, auto *dirState, p
 	j.err, j.done = err, true
 	j.mu.Unlock()
 	close(j.stopped)
+	if j.auto && (err == nil || errors.Is(err, context.Canceled)) {
+		// Growths are many over a daemon's life: keep those that failed.
+		fs.mu.Lock()
+		if fs.jobs[path] == j {
+			delete(fs.jobs, path)
+		}
+		fs.mu.Unlock()
+	}
 	return err
 }
 
