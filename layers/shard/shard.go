@@ -9,7 +9,9 @@
 // Each sharded directory carries its layout as side data (layer.Meta key
 // "layout", a State): a directory without one is served flat, as the
 // lower has it, until `cairn reshard` converts it, which can run while the
-// directory is in use and resumes after a crash from the record.
+// directory is in use and resumes after a crash from the record. A hash
+// directory made through the layer starts with one bucket, and the daemon
+// grows it the same way as it fills (grow.go).
 package shard
 
 import (
