@@ -7,7 +7,8 @@ import (
 	"cairnfs.dev/cairn/registry"
 )
 
-// DefaultBuckets is the hash bucket count where none is given (see
+// DefaultBuckets is the fixed hash bucket count where none is given and
+// the layout does not grow (max_bucket = 0; see
 // docs/shard.md for the measurement behind it).
 const DefaultBuckets = 256
 
