@@ -83,8 +83,7 @@ func bucketDirs(t testing.TB, dir string) []string {
 // and splits by itself as it fills, while a reader lists it (every name
 // made before a listing began is listed once) and looks names up; at the
 // end every name is once in the lower, in its bucket of the final layout,
-// the old buckets gone. A rename of the directory during a growth stops
-// it (no EBUSY), and the next name made resumes it.
+// the old buckets gone.
 func TestGrow(t *testing.T) {
 	lower := t.TempDir()
 	fs := growing(t, lower, 64)
@@ -170,7 +169,6 @@ func TestGrow(t *testing.T) {
 	}
 	w := &workload{model: map[string]string{}, uncertain: map[string]bool{}}
 	checkDir(t, dir, filepath.Join(lower, "d"), final, initial, w)
-
 }
 
 // TestGrowRename: a rename of a directory while the daemon grows it
