@@ -8,7 +8,9 @@
 # without dir_index). Three configurations per size: native (the
 # directory on the lower, no FUSE), cairn-flat (the same directory through
 # a shard mount, not sharded: what stacking alone costs) and cairn-shard
-# (sharded, hash, BUCKETS buckets). Each phase starts with the lower
+# (sharded, hash, BUCKETS buckets; BUCKETS=grow: the growing layout,
+# max_bucket MAX_BUCKET (default 4096), with the bucket count its entries
+# need, as the daemon's growth reaches it). Each phase starts with the lower
 # unmounted and mounted again, so no directory is in the dentry or page
 # cache. Two times, in milliseconds: wall (elapsed) and cpu (the CPU time
 # of the process and of the cairn daemon (on GlusterFS also of the client
@@ -29,6 +31,10 @@ cd "$REPO"
 export PATH=$PATH:/usr/local/go/bin
 MAX=${1:-17}
 BUCKETS=${2:-256}
+LAYOUT="buckets = $BUCKETS"
+if [ "$BUCKETS" = grow ]; then
+	LAYOUT="max_bucket = ${MAX_BUCKET:-4096}"
+fi
 W=$(mktemp -d /tmp/shard-bench-XXXXXX)
 # The GlusterFS volume's brick image lives in $W too.
 export CAIRN_GLUSTER_DIR=$W/gluster
@@ -127,7 +133,7 @@ path = "$L"
 [layer.top]
 type = "shard"
 over = "base"
-buckets = $BUCKETS
+$LAYOUT
 [[rule]]
 layer = "top"
 match = "shard-*"

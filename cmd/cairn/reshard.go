@@ -33,7 +33,7 @@ const (
 func runReshard(args []string, stdout, stderr io.Writer) int {
 	fl := flag.NewFlagSet("reshard", flag.ContinueOnError)
 	fl.SetOutput(stderr)
-	lay := fl.String("layout", "", `the new layout: "hash N" (N a power of two) or "digits N" (10, 100, 1000); default: the rule's that covers PATH, else the layer's`)
+	lay := fl.String("layout", "", `the new layout: "hash N" (N a power of two) or "digits N" (10, 100, 1000); default: the rule's that covers PATH, else the layer's (a growing one: the bucket count the entries need)`)
 	quiet := fl.Bool("q", false, "print no progress")
 	fl.Usage = func() {
 		fmt.Fprintf(fl.Output(), `Usage: cairn reshard [--layout L] SPEC PATH
@@ -107,7 +107,8 @@ Flags:
 	}
 	var bar *progress
 	err = sh.Reshard(ctx, p, to, func(pr shard.Progress) {
-		if *quiet {
+		to = pr.To // the layout chosen, where the spec's grows
+		if *quiet || pr.Sources == 0 {
 			return
 		}
 		if bar == nil {

@@ -48,6 +48,7 @@ var stacks = []conformance.Stack{
 	{Name: "replica", Build: replicaOf},
 	{Name: "union", Build: unionOver, Limits: map[conformance.Limit]string{conformance.NoWhiteout: "a whiteout is the union's own (overlayfs refuses it too)"}},
 	{Name: "shard", Build: shardOver},
+	{Name: "shard-growing", Build: shardGrowing},
 	{Name: "null-mux", Build: func(t testing.TB, d string) layer.FS { return null.New(muxTmpfsDisk(t, d)) }, Dirs: []string{"tmp", "disk"}, Limits: onTmpfs},
 }
 
@@ -77,6 +78,17 @@ var cryptLimits = map[conformance.Limit]string{
 // buckets and a rename between directories is one between buckets.
 func shardOver(t testing.TB, d string) layer.FS {
 	s, err := shard.New(lower(t, d), shard.Config{Default: shard.Layout{Scheme: shard.Hash, Buckets: 4, Prefix: shard.DefaultPrefix}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// shardGrowing shards every directory with the growing layout at 2
+// entries a bucket: directories split in the background as the tests
+// fill them.
+func shardGrowing(t testing.TB, d string) layer.FS {
+	s, err := shard.New(lower(t, d), shard.Config{Default: shard.Layout{Scheme: shard.Hash, Buckets: 1, Prefix: shard.DefaultPrefix}, MaxBucket: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -32,6 +33,10 @@ type Job struct {
 	p    Progress
 	err  error
 	done bool
+
+	auto    bool               // a growth the daemon started (grow.go): a rename stops it
+	cancel  context.CancelFunc // stops it at its next batch
+	stopped chan struct{}      // closed when it has returned
 }
 
 func (j *Job) running() bool {
@@ -45,6 +50,8 @@ func (j *Job) Status() string {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	switch {
+	case j.auto && errors.Is(j.err, context.Canceled):
+		return "stopped: " + j.p.String() + " (the directory was renamed or removed, or the daemon stopped; the next name made in it resumes the growth)"
 	case j.err != nil:
 		return "failed: " + j.err.Error()
 	case j.done:
@@ -53,8 +60,12 @@ func (j *Job) Status() string {
 	return "running: " + j.p.String()
 }
 
-// batch is how many entries move under one write lock.
-const batch = 256
+// batch is how many entries move under one write lock; window is how
+// many names of a source are read at once, to move in key order.
+const (
+	batch  = 256
+	window = 1 << 16
+)
 
 // Reshard converts directory path to layout to, a bucket of the old
 // layout at a time, while the directory stays in use: entries move with
@@ -66,12 +77,41 @@ const batch = 256
 // more buckets (extendible hashing with one global depth: each bucket of
 // 2^k splits into 2^(k'-k) of 2^k', the keys, and so the listing order,
 // unchanged).
+//
+// A hash layout of 0 buckets is as many as the directory's entries need
+// (at most max_bucket a bucket on average; never fewer than it has).
 func (fs *FS) Reshard(ctx context.Context, path string, to Layout, progress func(Progress)) error {
-	if err := to.Check(); err != nil || to.Scheme == Flat {
+	return fs.run(ctx, path, to, nil, progress)
+}
+
+// errSkipped: a growth did not start, its directory being renamed or
+// gone since.
+var errSkipped = errors.New("skipped")
+
+// run is Reshard; auto, when not nil, is the record of the directory that
+// the daemon grows by itself (grow.go), which a rename stops (see busy).
+func (fs *FS) run(ctx context.Context, path string, to Layout, auto *dirState, progress func(Progress)) error {
+	if to.Scheme == Hash && to.Buckets == 0 {
+		// sized in reshard
+	} else if err := to.Check(); err != nil || to.Scheme == Flat {
 		return fmt.Errorf("shard: reshard %s: layout %s: %v", path, to, err)
 	}
-	j := &Job{}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	j := &Job{auto: auto != nil, cancel: cancel, stopped: make(chan struct{})}
 	fs.mu.Lock()
+	if auto != nil {
+		if fs.closed || fs.dirs[path] != auto {
+			fs.mu.Unlock()
+			return errSkipped
+		}
+		for p := range fs.renaming {
+			if p == path || strings.HasPrefix(path, p+"/") || p == "" {
+				fs.mu.Unlock()
+				return errSkipped
+			}
+		}
+	}
 	for p, o := range fs.jobs {
 		if o.running() && (p == path || strings.HasPrefix(p, path+"/") || strings.HasPrefix(path, p+"/") || p == "" || path == "") {
 			fs.mu.Unlock()
@@ -84,6 +124,15 @@ func (fs *FS) Reshard(ctx context.Context, path string, to Layout, progress func
 	j.mu.Lock()
 	j.err, j.done = err, true
 	j.mu.Unlock()
+	close(j.stopped)
+	if j.auto && (err == nil || errors.Is(err, context.Canceled)) {
+		// Growths are many over a daemon's life: keep those that failed.
+		fs.mu.Lock()
+		if fs.jobs[path] == j {
+			delete(fs.jobs, path)
+		}
+		fs.mu.Unlock()
+	}
 	return err
 }
 
@@ -112,6 +161,11 @@ func (fs *FS) reshard(ctx context.Context, path string, to Layout, j *Job, progr
 	if err != nil {
 		return err
 	}
+	if to.Buckets == 0 {
+		if to, err = fs.sized(ctx, lp, ds, to); err != nil {
+			return fmt.Errorf("shard: reshard %s: %w", path, err)
+		}
+	}
 	lock(ds)
 	var st State
 	switch {
@@ -125,7 +179,12 @@ func (fs *FS) reshard(ctx context.Context, path string, to Layout, j *Job, progr
 		}
 	case ds.get().Cur == to:
 		ds.mu.Unlock()
+		j.mu.Lock()
 		j.p = Progress{From: to, To: to}
+		j.mu.Unlock()
+		if progress != nil {
+			progress(j.p)
+		}
 		return nil
 	default:
 		if err := canMove(ds.get().Cur, to); err != nil {
@@ -166,6 +225,8 @@ func (fs *FS) reshard(ctx context.Context, path string, to Layout, j *Job, progr
 			return fmt.Errorf("shard: reshard %s: the directory holds names that begin with the bucket prefix %q (%s): rename them first, or choose another prefix (option prefix); nothing was changed",
 				path, to.Prefix, strings.Join(clash, ", "))
 		}
+	} else if j.auto && ds.counted.Load() {
+		total = int(ds.entries.Load()) // an estimate, read already: no listing
 	} else {
 		for s := st.Next; s < st.From.Buckets; s++ {
 			count(join(lp, st.From.BucketName(s)), "\x00")
@@ -209,7 +270,7 @@ func (fs *FS) reshard(ctx context.Context, path string, to Layout, j *Job, progr
 				if skip == "" || !strings.HasPrefix(name, skip) {
 					names = append(names, name)
 				}
-				return len(names) < batch
+				return len(names) < window
 			})
 			if errors.Is(err, syscall.ENOENT) && src != lp {
 				break
@@ -220,17 +281,33 @@ func (fs *FS) reshard(ctx context.Context, path string, to Layout, j *Job, progr
 			if len(names) == 0 {
 				break
 			}
-			n, err := fs.move(ctx, ds, lp, src, names)
-			p.Moved += n
-			report()
-			if err != nil {
-				return fmt.Errorf("shard: reshard %s: stopped at bucket %d of %d (%d entries moved; every entry is in its old place or its new one, and the record says which to look in): %w; run again to resume",
-					path, s, st.From.count(), p.Moved, err)
+			// The lower lists in its own hash order (ext4's htree), and a
+			// directory filled in that order splits its blocks half full:
+			// the new buckets would be half as big again as needed, and
+			// cost as much more to read cold. Key order is not the
+			// lower's.
+			sort.Slice(names, func(i, j int) bool { return to.Key(names[i]) < to.Key(names[j]) })
+			for len(names) > 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				k := min(batch, len(names))
+				n, err := fs.move(ctx, ds, lp, src, names[:k])
+				names = names[k:]
+				p.Moved += n
+				report()
+				if err != nil {
+					return fmt.Errorf("shard: reshard %s: stopped at bucket %d of %d (%d entries moved; every entry is in its old place or its new one, and the record says which to look in): %w; run again to resume",
+						path, s, st.From.count(), p.Moved, err)
+				}
 			}
 		}
 		lock(ds)
 		if src != lp {
 			fs.lower.Rmdir(self, src)
+			ds.nlinkMu.Lock()
+			ds.nlink = -1 // counted the buckets
+			ds.nlinkMu.Unlock()
 		}
 		c := *ds.get()
 		c.Next = s + 1
@@ -413,11 +490,15 @@ func (fs *FS) getControl(ctx context.Context, path, name string, dest []byte) (i
 }
 
 // layoutFor is the layout s names ("hash 1024", "digits 1000"), or with s
-// empty the one the rules give path (or the default).
+// empty the one the rules give path (or the default): for a growing hash
+// layout, hash with 0 buckets (as many as the entries need, see Reshard).
 func (fs *FS) layoutFor(path, s string) (Layout, error) {
-	t, ok := fs.Target(path)
+	t, grow, ok := fs.policy(path)
 	if !ok {
-		t = fs.cfg.Default
+		t, grow = start(fs.cfg.Default, fs.cfg.MaxBucket)
+	}
+	if grow > 0 {
+		t.Buckets = 0
 	}
 	if s = strings.TrimSpace(s); s != "" {
 		var n int
@@ -426,6 +507,9 @@ func (fs *FS) layoutFor(path, s string) (Layout, error) {
 			return Layout{}, fmt.Errorf("layout %q: want SCHEME BUCKETS (hash 1024, digits 1000)", s)
 		}
 		t.Scheme, t.Buckets = scheme, n
+	}
+	if t.Scheme == Hash && t.Buckets == 0 {
+		return t, nil
 	}
 	return t, t.Check()
 }

@@ -9,7 +9,9 @@
 // Each sharded directory carries its layout as side data (layer.Meta key
 // "layout", a State): a directory without one is served flat, as the
 // lower has it, until `cairn reshard` converts it, which can run while the
-// directory is in use and resumes after a crash from the record.
+// directory is in use and resumes after a crash from the record. A hash
+// directory made through the layer starts with one bucket, and the daemon
+// grows it the same way as it fills (grow.go).
 package shard
 
 import (
@@ -34,6 +36,11 @@ type Config struct {
 	Rules registry.Rules
 	// Default is the layout where a rule names none.
 	Default Layout
+	// MaxBucket, when not 0, makes hash directories grow: a new one starts
+	// with one bucket (Default.Buckets aside), and the daemon splits the
+	// buckets of one whose average bucket holds more entries than this
+	// (grow.go). A rule's buckets option fixes its directories' count.
+	MaxBucket int
 }
 
 // FS is a shard layer over one lower.
@@ -49,6 +56,15 @@ type FS struct {
 	unlock func()
 
 	noRenameFlags atomic.Bool // the lower refused RENAME_NOREPLACE (see moveName)
+
+	// Automatic growth (grow.go): its goroutines, stopped by Close;
+	// renaming holds the paths of the renames and removals under way, no
+	// growth starts at or below them (see busy).
+	bg       sync.WaitGroup
+	bgCtx    context.Context
+	bgStop   context.CancelFunc
+	closed   bool
+	renaming map[string]int
 }
 
 // dirState is one directory's record, cached. Every operation that
@@ -66,6 +82,15 @@ type dirState struct {
 	// attrMu orders the making of buckets and the changes of what they
 	// inherit (mkbucket, passOn).
 	attrMu sync.Mutex
+
+	// Growth (grow.go): the average bucket size past which the directory
+	// grows (0: never by itself), its entry count (an estimate, kept from
+	// the first change on: see grow), and whether a growth runs.
+	maxBucket int
+	entries   atomic.Int64
+	counted   atomic.Bool
+	growing   atomic.Bool
+	retryAt   atomic.Int64 // unix nanoseconds: no growth before (after a failure)
 }
 
 func (ds *dirState) get() *State { return ds.st.Load() }
@@ -84,8 +109,10 @@ func New(lower layer.FS, cfg Config) (*FS, error) {
 	if err := cfg.Default.Check(); err != nil {
 		return nil, fmt.Errorf("shard: %v", err)
 	}
-	return &FS{lower: lower, meta: layer.NewMeta(lower, metaName), cfg: cfg,
-		dirs: map[string]*dirState{}, jobs: map[string]*Job{}}, nil
+	fs := &FS{lower: lower, meta: layer.NewMeta(lower, metaName), cfg: cfg,
+		dirs: map[string]*dirState{}, jobs: map[string]*Job{}, renaming: map[string]int{}}
+	fs.bgCtx, fs.bgStop = context.WithCancel(context.Background())
+	return fs, nil
 }
 
 func (fs *FS) Lowers() []layer.FS { return []layer.FS{fs.lower} }
@@ -109,6 +136,12 @@ func (fs *FS) Claim(ctx context.Context) error {
 }
 
 func (fs *FS) Close() error {
+	// Growths stop at their next batch; their records say where.
+	fs.mu.Lock()
+	fs.closed = true
+	fs.mu.Unlock()
+	fs.bgStop()
+	fs.bg.Wait()
 	if fs.unlock != nil {
 		fs.unlock()
 		fs.unlock = nil
@@ -116,21 +149,43 @@ func (fs *FS) Close() error {
 	return nil
 }
 
-// Target is the layout a rule gives directory path, and whether one covers
-// it.
+// Target is the layout a rule gives a new directory at path, and whether
+// one covers it.
 func (fs *FS) Target(path string) (Layout, bool) {
+	l, _, ok := fs.policy(path)
+	return l, ok
+}
+
+// policy is the layout a new directory at path gets, the average bucket
+// size past which it grows (0: never by itself), and whether a rule covers
+// path.
+func (fs *FS) policy(path string) (Layout, int, bool) {
 	if fs.cfg.Rules == nil {
-		return fs.cfg.Default, true
+		l, grow := start(fs.cfg.Default, fs.cfg.MaxBucket)
+		return l, grow, true
 	}
 	r, ok := fs.cfg.Rules.First(path)
 	if !ok {
-		return Layout{}, false
+		return Layout{}, 0, false
 	}
-	return ruleLayout(r, fs.cfg.Default), true
+	l, grow := rulePolicy(r, fs.cfg.Default, fs.cfg.MaxBucket)
+	return l, grow, true
 }
 
-// ruleLayout is the layout rule r gives, over the layer's default d.
-func ruleLayout(r registry.Rule, d Layout) Layout {
+// maxBucket is policy's growth threshold for directory path; one no rule
+// covers (sharded elsewhere, then renamed) grows as the layer's default.
+func (fs *FS) maxBucket(path string) int {
+	if _, grow, ok := fs.policy(path); ok {
+		return grow
+	}
+	_, grow := start(fs.cfg.Default, fs.cfg.MaxBucket)
+	return grow
+}
+
+// rulePolicy is policy under rule r, over the layer's layout d and
+// max_bucket grow: a rule's buckets fixes the count, its max_bucket
+// replaces the layer's.
+func rulePolicy(r registry.Rule, d Layout, grow int) (Layout, int) {
 	l := d
 	if s, _ := r.Values["scheme"].(string); s != "" && s != l.Scheme {
 		l.Scheme = s
@@ -139,10 +194,24 @@ func ruleLayout(r registry.Rule, d Layout) Layout {
 			l.Buckets = 1000
 		}
 	}
+	if n, ok := r.Values["max_bucket"].(int64); ok {
+		grow = int(n)
+	}
 	if n, _ := r.Values["buckets"].(int64); n != 0 {
 		l.Buckets = int(n)
+		grow = 0
 	}
-	return l
+	return start(l, grow)
+}
+
+// start is the layout a new directory gets: one bucket for a growing
+// hash layout (it splits as it fills), else l itself.
+func start(l Layout, grow int) (Layout, int) {
+	if l.Scheme != Hash || grow <= 0 {
+		return l, 0
+	}
+	l.Buckets = 1
+	return l, grow
 }
 
 func join(dir, name string) string {
@@ -168,7 +237,7 @@ func (fs *FS) state(ctx context.Context, path, lp string) (*dirState, error) {
 	if ds != nil {
 		return ds, nil
 	}
-	ds = &dirState{nlink: -1}
+	ds = &dirState{nlink: -1, maxBucket: fs.maxBucket(path)}
 	b, err := fs.meta.Get(ctx, lp, "layout")
 	switch {
 	case err == nil:
@@ -215,6 +284,7 @@ func (fs *FS) forget(path string) {
 // way (release them with done).
 type res struct {
 	lower  string    // the object's lower path
+	dir    string    // its directory's path in this layer
 	parent *dirState // its directory's record (nil for the root)
 	plow   string    // the directory's lower path
 	bucket string    // the lower path of the bucket it is in ("" if none)
@@ -249,7 +319,7 @@ func (fs *FS) resolve(ctx context.Context, path string) (*res, error) {
 		}
 		ds.mu.RLock()
 		r.locks = append(r.locks, ds)
-		r.parent, r.plow = ds, lp
+		r.parent, r.plow, r.dir = ds, lp, dir
 		r.lower, r.bucket = fs.child(ctx, ds, lp, name)
 		if i < 0 {
 			return r, nil
@@ -511,6 +581,16 @@ func (fs *FS) Getattr(ctx context.Context, path string) (layer.Attr, error) {
 		return layer.Attr{}, err
 	}
 	defer r.done()
+	// A sharded directory's link count is the lower's and its buckets':
+	// read both while no resharding makes or removes buckets. (One whose
+	// record is not cached has none running.)
+	fs.mu.Lock()
+	cached := fs.dirs[path]
+	fs.mu.Unlock()
+	if cached.getOrNil() != nil {
+		cached.mu.RLock()
+		defer cached.mu.RUnlock()
+	}
 	a, err := fs.lower.Getattr(ctx, r.lower)
 	if err != nil || !a.IsDir() {
 		return a, err
@@ -579,6 +659,7 @@ func (fs *FS) Create(ctx context.Context, path string, flags int, mode uint32) (
 	err = fs.inBucket(ctx, r, func() (err error) { f, a, err = fs.lower.Create(ctx, r.lower, flags, mode); return })
 	if err == nil {
 		fs.changed(ctx, r, false)
+		fs.count(r, 1)
 	}
 	return f, a, err
 }
@@ -593,6 +674,7 @@ func (fs *FS) made(ctx context.Context, path string, dir bool, op func(lp string
 	err = fs.inBucket(ctx, r, func() (err error) { a, err = op(r.lower); return })
 	if err == nil {
 		fs.changed(ctx, r, dir)
+		fs.count(r, 1)
 	}
 	return a, err
 }
@@ -654,14 +736,17 @@ func (fs *FS) Unlink(ctx context.Context, path string) error {
 	err = fs.lower.Unlink(ctx, r.lower)
 	if err == nil {
 		fs.changed(ctx, r, false)
+		fs.count(r, -1)
 	}
 	return err
 }
 
 func (fs *FS) Rmdir(ctx context.Context, path string) error {
-	if err := fs.busy(path); err != nil {
+	release, err := fs.busy(path)
+	if err != nil {
 		return err
 	}
+	defer release()
 	r, err := fs.resolve(ctx, path)
 	if err != nil {
 		return err
@@ -674,6 +759,7 @@ func (fs *FS) Rmdir(ctx context.Context, path string) error {
 	if err == nil {
 		fs.forget(path)
 		fs.changed(ctx, r, true)
+		fs.count(r, -1)
 	}
 	return err
 }
@@ -705,26 +791,50 @@ func (fs *FS) emptyBuckets(ctx context.Context, path, lp string) error {
 	return nil
 }
 
-// busy refuses to rename or remove a directory being resharded here, or
-// one above it.
-func (fs *FS) busy(path string) error {
+// busy refuses to rename or remove a directory that `cairn reshard` is
+// resharding, or one above it. A growth the daemon started by itself is
+// stopped instead (at its next batch: the record says where, and the next
+// change in the directory resumes it), and none starts until release:
+// a job keeps its directory's path.
+func (fs *FS) busy(paths ...string) (release func(), err error) {
 	fs.mu.Lock()
-	defer fs.mu.Unlock()
+	var stop []*Job
 	for p, j := range fs.jobs {
-		if j.running() && (p == path || strings.HasPrefix(p, path+"/") || path == "") {
-			return syscall.EBUSY
+		for _, path := range paths {
+			if j.running() && (p == path || strings.HasPrefix(p, path+"/") || path == "") {
+				if !j.auto {
+					fs.mu.Unlock()
+					return nil, syscall.EBUSY
+				}
+				j.cancel()
+				stop = append(stop, j)
+			}
 		}
 	}
-	return nil
+	for _, path := range paths {
+		fs.renaming[path]++
+	}
+	fs.mu.Unlock()
+	for _, j := range stop {
+		<-j.stopped
+	}
+	return func() {
+		fs.mu.Lock()
+		for _, path := range paths {
+			if fs.renaming[path]--; fs.renaming[path] == 0 {
+				delete(fs.renaming, path)
+			}
+		}
+		fs.mu.Unlock()
+	}, nil
 }
 
 func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32) error {
-	if err := fs.busy(oldpath); err != nil {
+	release, err := fs.busy(oldpath, newpath)
+	if err != nil {
 		return err
 	}
-	if err := fs.busy(newpath); err != nil {
-		return err
-	}
+	defer release()
 	o, err := fs.resolve(ctx, oldpath)
 	if err != nil {
 		return err
@@ -760,6 +870,14 @@ func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32)
 	}
 	fs.changed(ctx, o, isDir)
 	fs.changed(ctx, n, isDir)
+	switch {
+	case flags&layer.RenameExchange != 0: // both names stay
+	case berr == nil:
+		fs.count(o, -1) // the new name replaced one
+	default:
+		fs.count(o, -1)
+		fs.count(n, 1)
+	}
 	return nil
 }
 
