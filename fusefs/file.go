@@ -71,6 +71,17 @@ func (f *file) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResul
 
 func (f *file) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	n, err := f.f.WriteAt(callerCtx(ctx), data, off)
+	// Under the writeback cache, a short answer loses the rest: the
+	// kernel takes it as written (writeback.go). The rest is written, or
+	// the write fails.
+	for f.st.writeback && err == nil && n < len(data) {
+		var m int
+		m, err = f.f.WriteAt(callerCtx(ctx), data[n:], off+int64(n))
+		if m == 0 && err == nil {
+			err = syscall.EIO
+		}
+		n += m
+	}
 	if err != nil {
 		return uint32(n), f.st.errno("write", f.path, err)
 	}

@@ -35,6 +35,7 @@ type state struct {
 	xattrReplaces bool  // a layer may replace an object on an xattr change (layer.ReplacesOnXattr)
 	cacheDirs     bool  // the kernel keeps directory listings (see Options.AttrTimeout)
 	shared        bool  // Options.Shared: no page cache kept across opens either
+	writeback     bool  // Options.Writeback: the kernel's writeback cache (writeback.go)
 	known         known // what finding them needs (see handles.go)
 	// Passthrough (passthrough.go).
 	srv      *fuse.Server
@@ -456,13 +457,17 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if !ok {
 		// Removed, yet the kernel opens it (by file handle): from one of
 		// its open files.
-		lf, fh, errno := n.reopen(ctx, flags)
+		lf, fh, direct, errno := n.reopen(ctx, flags)
 		if errno != 0 {
 			return nil, 0, errno
 		}
-		return fh, n.st.openFlags(lf), 0
+		return fh, n.st.openFlags(lf) | direct, 0
 	}
-	lf, err := n.st.top.Open(callerCtx(ctx), p, int(flags))
+	var lf layer.File
+	direct, err := n.st.wbOpen(flags, func(flags uint32) (err error) {
+		lf, err = n.st.top.Open(callerCtx(ctx), p, int(flags))
+		return err
+	})
 	if err != nil {
 		return nil, 0, n.st.errno("open", p, err)
 	}
@@ -486,7 +491,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 			n.NotifyContent(-1, 0)
 		}
 	}
-	return n.st.newFile(ctx, lf, p, &n.Inode, flags), n.st.openFlags(lf), 0
+	return n.st.newFile(ctx, lf, p, &n.Inode, flags), n.st.openFlags(lf) | direct, 0
 }
 
 // openFlags acts on the open file's capabilities (layer.Caps): a file
@@ -518,14 +523,19 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if !ok {
 		return nil, nil, 0, syscall.ENOENT
 	}
-	lf, a, err := n.st.top.Create(n.st.creatorCtx(ctx), p, int(flags), mode)
+	var lf layer.File
+	var a layer.Attr
+	direct, err := n.st.wbOpen(flags, func(flags uint32) (err error) {
+		lf, a, err = n.st.top.Create(n.st.creatorCtx(ctx), p, int(flags), mode)
+		return err
+	})
 	if err != nil {
 		return nil, nil, 0, n.st.errno("create", p, err)
 	}
 	ch := n.newChild(ctx, p, &a, out)
 	nf := n.st.newFile(ctx, lf, p, ch, flags)
 	nf.ctime.Store(a.Ctime.Nano()) // the kernel has these attributes
-	return ch, nf, n.st.openFlags(lf), 0
+	return ch, nf, n.st.openFlags(lf) | direct, 0
 }
 
 // made finishes an operation that creates a directory entry.

@@ -53,7 +53,7 @@ func (s *Spec) Explain(w io.Writer) {
 		v := s.mountOption(k)
 		if !contains(s.Given, k) {
 			switch k {
-			case "allow_other":
+			case "allow_other", "writeback":
 				v = "false"
 			case "xattr":
 				v = "true"

@@ -165,3 +165,12 @@ func (fs *FS) denied(c *who, op *layer.Op, k Class, path, rule string, err error
 			"pid", c.Pid, "comm", c.Comm(), "rule", rule, "errno", err.(syscall.Errno).Error())
 	}
 }
+
+// FSCaps: no writeback cache (layer.FSWriteback). Under the cache the
+// kernel sets a written file's mtime and ctime itself, by a SETATTR of
+// given times at close (and turns touch into one): the rules would judge
+// that as a setattr of the closing process (or of root, from the kernel's
+// flusher), so a caller allowed to write and not to setattr would see its
+// close fail, and a reloaded rule would judge writes by whoever writes the
+// pages back.
+func (fs *FS) FSCaps() layer.FSCaps { return fs.Hooked.FSCaps() &^ layer.FSWriteback }
