@@ -278,7 +278,7 @@ Flags:
 	}
 	// Signals are caught before readiness is reported: a SIGHUP sent as
 	// soon as the mount is ready must not kill the daemon.
-	logger.Info("mounted", "mountpoint", mountpoint, "spec", specArg, "passthrough", srv.Passthrough, "transport", srv.Transport, "pid", os.Getpid())
+	logger.Info("mounted", "mountpoint", mountpoint, "spec", specArg, "passthrough", srv.Passthrough, "transport", srv.Transport, "writeback", opts.Writeback, "pid", os.Getpid())
 	// "ok", or "ok PATH" when the log goes to a file the user did not name.
 	report(strings.TrimSpace("ok " + logPath))
 	// Under systemd (Type=notify, see cairn@.service) the unit is started
