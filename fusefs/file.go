@@ -154,6 +154,13 @@ func (f *file) Allocate(ctx context.Context, off uint64, size uint64, mode uint3
 }
 
 func (f *file) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	if f.st.writeback {
+		// The stack cannot see the bytes still in the kernel's cache: it
+		// would call them a hole (cp --sparse would copy zeros). ENOSYS
+		// makes the kernel answer from its own size for the rest of the
+		// mount, every byte data (writeback.go).
+		return 0, syscall.ENOSYS
+	}
 	o, err := f.f.Lseek(callerCtx(ctx), int64(off), int(whence))
 	if err != nil {
 		return 0, f.st.errno("lseek", f.path, err)

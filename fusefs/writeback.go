@@ -34,6 +34,11 @@ import (
 //   - a WRITE answered short would lose the rest without an error (the
 //     application's write(2) returned long ago): file.Write writes it all
 //     or fails;
+//   - SEEK_DATA and SEEK_HOLE reach the daemon without the kernel writing
+//     its pages back first: the stack would call the bytes still cached a
+//     hole. LSEEK is answered ENOSYS, after which the kernel answers them
+//     itself, the whole file data up to its size (no holes reported, as
+//     POSIX allows);
 //   - errors of the lower surface at fsync and close: the kernel records a
 //     failed writeback on the file's mapping, and fsync(2) and the next
 //     close(2) of a descriptor of the file report it (docs/posix.md).

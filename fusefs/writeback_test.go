@@ -18,6 +18,8 @@ import (
 	"cairnfs.dev/cairn/internal/fsx"
 	"cairnfs.dev/cairn/internal/mounttest"
 	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/acl"
+	"cairnfs.dev/cairn/layers/chains"
 	"cairnfs.dev/cairn/layers/fault"
 	"cairnfs.dev/cairn/layers/local"
 	"cairnfs.dev/cairn/layers/null"
@@ -57,6 +59,10 @@ func TestWritebackRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ch, err := chains.New(excl, chains.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name   string
 		top    layer.FS
@@ -66,6 +72,8 @@ func TestWritebackRefused(t *testing.T) {
 		{"shared lower", null.New(shared), false, "exclusive stack"},
 		{"-shared", null.New(excl), true, "exclusive stack"},
 		{"snoop", null.New(sn), false, "the snoop layer refuses"},
+		{"acl", null.New(acl.New(excl, &acl.Rules{Default: true}, false, false)), false, "the acl layer refuses"},
+		{"chains", null.New(ch), false, "the chains layer refuses"},
 	} {
 		_, err := fusefs.Mount(t.TempDir(), c.top, fusefs.Options{Writeback: true, Shared: c.shared})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -434,5 +442,28 @@ func TestWritebackKill(t *testing.T) {
 				t.Errorf("the file not fsync'ed cannot be read after kill -9 and a new mount: %v", err)
 			}
 		})
+	}
+}
+
+// TestWritebackSeekData: SEEK_DATA and SEEK_HOLE never call a hole the
+// bytes still in the kernel's cache (the lower has none of them yet).
+func TestWritebackSeekData(t *testing.T) {
+	lower := t.TempDir()
+	m := wbMount(t, lower, true, nil)
+	f, err := os.Create(m.Path("sparse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(bytes.Repeat([]byte{1}, 4096), 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	data, err := unix.Seek(int(f.Fd()), 0, unix.SEEK_DATA)
+	if err != nil || data > 1<<20 {
+		t.Errorf("SEEK_DATA from 0: %d, %v; want at most 1 MiB, where the bytes are", data, err)
+	}
+	hole, err := unix.Seek(int(f.Fd()), 1<<20, unix.SEEK_HOLE)
+	if err != nil || hole != 1<<20+4096 {
+		t.Errorf("SEEK_HOLE from 1 MiB: %d, %v; want the end, 1 MiB + 4 KiB", hole, err)
 	}
 }

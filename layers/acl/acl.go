@@ -168,9 +168,10 @@ func (fs *FS) denied(c *who, op *layer.Op, k Class, path, rule string, err error
 
 // FSCaps: no writeback cache (layer.FSWriteback). Under the cache the
 // kernel sets a written file's mtime and ctime itself, by a SETATTR of
-// given times at close (and turns touch into one): the rules would judge
-// that as a setattr of the closing process (or of root, from the kernel's
-// flusher), so a caller allowed to write and not to setattr would see its
-// close fail, and a reloaded rule would judge writes by whoever writes the
-// pages back.
+// given times at close and fsync (and sends touch as one too): the rules
+// would judge it as a setattr of the closing process (or of root, when
+// the kernel's flusher sends it), so a caller allowed to write and not to
+// setattr would see its close fail, and a rule refusing setattr to some
+// would not hold against touch. (Writes themselves are judged at open, or
+// by the opener's identity: those would be safe.)
 func (fs *FS) FSCaps() layer.FSCaps { return fs.Hooked.FSCaps() &^ layer.FSWriteback }
