@@ -60,12 +60,12 @@ type Options struct {
 	// one of them is refused.
 	LowerDirs []string
 	// Writeback turns on the kernel's writeback cache (fusefs/writeback.go):
-	// writes of files that are not passed through stay in the kernel's
-	// page cache and reach the stack later, in large WRITEs, at fsync,
-	// close or under memory pressure; errors of the lower then surface at
-	// fsync(2) and close(2) rather than write(2) (docs/posix.md). Only
-	// for an exclusive stack whose every layer takes it
-	// (WritebackRefused): Mount fails otherwise.
+	// writes stay in the kernel's page cache and reach the stack later,
+	// in large WRITEs, at fsync, close or under memory pressure; errors
+	// of the lower then surface at fsync(2) and close(2) rather than
+	// write(2) (docs/posix.md). The kernel then passes no file through
+	// (NoPassthrough follows). Only for an exclusive stack whose every
+	// layer takes it (WritebackRefused): Mount fails otherwise.
 	Writeback bool
 	// Transport is how requests and replies travel between the kernel
 	// and the daemon (see ParseTransport): "dev" reads and writes
@@ -269,7 +269,7 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		cacheDirs:     exclusive && o.AttrTimeout == 0 && !o.Shared,
 		shared:        o.Shared,
 		writeback:     o.Writeback,
-		passthrough:   !o.NoPassthrough,
+		passthrough:   !o.NoPassthrough && !o.Writeback, // the kernel refuses both (writeback.go)
 		fscaps:        layer.FSCapsOf(top),
 		finds:         layer.CanFind(top),
 		xattrReplaces: layer.ReplacesOnXattr(top),

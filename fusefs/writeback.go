@@ -22,6 +22,12 @@ import (
 // nothing but the mount changes the lowers (an exclusive stack), which is
 // why the option is refused on any other.
 //
+// It costs FUSE passthrough, for the whole mount: the kernel takes no
+// backing file on a connection with the writeback cache (fs/fuse/inode.c,
+// process_init_reply, since Linux 6.10: "current design doesn't handle
+// them together"). Every file, those a layer would pass through too, is
+// then served by the daemon through the kernel's page cache.
+//
 // What it asks of the daemon (Documentation/filesystems/fuse-io.rst, libfuse's
 // passthrough_hp does the same):
 //   - the kernel fills the rest of a page partly written from the file

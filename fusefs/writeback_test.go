@@ -467,3 +467,27 @@ func TestWritebackSeekData(t *testing.T) {
 		t.Errorf("SEEK_HOLE from 1 MiB: %d, %v; want the end, 1 MiB + 4 KiB", hole, err)
 	}
 }
+
+// TestWritebackNoPassthrough: the kernel passes no file through on a
+// mount with the writeback cache; the mount says so, and serves the files
+// a null stack would pass through itself, without asking the kernel for
+// backing files it would refuse.
+func TestWritebackNoPassthrough(t *testing.T) {
+	lower := t.TempDir()
+	l, err := local.New(lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := mounttest.MountOpts(t, null.New(l), fusefs.Options{Writeback: true})
+	if m.Server.Passthrough {
+		t.Errorf("a writeback mount says its files may be passed through")
+	}
+	d := delta(m, func() {
+		if err := os.WriteFile(m.Path("f"), bytes.Repeat([]byte("w"), 64<<10), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if d["WRITE"] == 0 {
+		t.Errorf("no WRITE reached the daemon (requests %v): was the file passed through?", d)
+	}
+}
