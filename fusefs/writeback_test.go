@@ -318,8 +318,8 @@ func TestWritebackErrorAtFsyncClose(t *testing.T) {
 func writebackSpec(kind string, lowers ...string) string {
 	s := "mount = \"top\"\nwriteback = true\n"
 	switch kind {
-	case "replica":
-		s += fmt.Sprintf("[layer.top]\ntype = \"replica\"\nover = [\"a\", \"b\"]\n[layer.a]\ntype = \"local\"\npath = %q\n[layer.b]\ntype = \"local\"\npath = %q\n", lowers[0], lowers[1])
+	case "replica", "union":
+		s += fmt.Sprintf("[layer.top]\ntype = %q\nover = [\"a\", \"b\"]\n[layer.a]\ntype = \"local\"\npath = %q\n[layer.b]\ntype = \"local\"\npath = %q\n", kind, lowers[0], lowers[1])
 	default:
 		s += fmt.Sprintf("[layer.top]\ntype = %q\nover = \"a\"\n[layer.a]\ntype = \"local\"\npath = %q\n", kind, lowers[0])
 	}
@@ -327,10 +327,11 @@ func writebackSpec(kind string, lowers ...string) string {
 }
 
 // TestWritebackFsx runs the model (with mmap and hole punching) over
-// writeback mounts of a replica of two and of a codec, served by a cairn
-// process; the replicas then hold the same bytes.
+// writeback mounts of a replica of two, of a codec, of a union and of a
+// shard layer, served by a cairn process; the replicas then hold the same
+// bytes.
 func TestWritebackFsx(t *testing.T) {
-	for _, kind := range []string{"replica", "zstd"} {
+	for _, kind := range []string{"replica", "zstd", "union", "shard"} {
 		t.Run(kind, func(t *testing.T) {
 			lowers := []string{t.TempDir(), t.TempDir()}
 			p := mounttest.MountSpec(t, writebackSpec(kind, lowers...))
