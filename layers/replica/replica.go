@@ -200,7 +200,10 @@ func (fs *FS) Close() error {
 // kernel writes its pages back and sends its mtime (SETATTR) before the
 // FLUSH of a close, after which the replicas' times are aligned as
 // without it; a replica's error reaches fsync and close as it would
-// write(2).
+// write(2). (The kernel sends several WRITEs of a file at once, as
+// threads writing one file do: replicas that fill up may run out of space
+// at different WRITEs, and the one that refused is degraded as diverged,
+// where one write(2) at a time fails on both alike.)
 func (fs *FS) FSCaps() layer.FSCaps {
 	c := layer.FSAll
 	for _, l := range fs.r {
