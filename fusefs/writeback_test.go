@@ -492,3 +492,72 @@ func TestWritebackNoPassthrough(t *testing.T) {
 		t.Errorf("no WRITE reached the daemon (requests %v): was the file passed through?", d)
 	}
 }
+
+// TestWritebackCopyRange: copy_file_range from a file whose bytes are
+// still in the kernel's cache copies them (the kernel writes both ranges
+// back before it asks the daemon).
+func TestWritebackCopyRange(t *testing.T) {
+	lower := t.TempDir()
+	m := wbMount(t, lower, true, nil)
+	src, err := os.Create(m.Path("src"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dst, err := os.Create(m.Path("dst"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	want := bytes.Repeat([]byte("copy me "), 4096)
+	if _, err := src.Write(want); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dst.Write([]byte("old bytes, to be overwritten")); err != nil {
+		t.Fatal(err)
+	}
+	var off0, off1 int64
+	for done := 0; done < len(want); {
+		n, err := unix.CopyFileRange(int(src.Fd()), &off0, int(dst.Fd()), &off1, len(want)-done, 0)
+		if err != nil || n == 0 {
+			t.Fatalf("copy_file_range: %d, %v", n, err)
+		}
+		done += n
+	}
+	got := make([]byte, len(want)+10)
+	n, _ := dst.ReadAt(got, 0)
+	if !bytes.Equal(got[:n], want) {
+		t.Errorf("the copy holds %d bytes, not the %d written and still cached", n, len(want))
+	}
+}
+
+// TestWritebackTmpfile: a file made with O_TMPFILE|O_WRONLY is written
+// through the cache (the kernel reads partial pages through it), then
+// named with linkat.
+func TestWritebackTmpfile(t *testing.T) {
+	lower := t.TempDir()
+	m := wbMount(t, lower, true, nil)
+	fd, err := unix.Open(m.Dir, unix.O_TMPFILE|unix.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := bytes.Repeat([]byte("t"), 10000)
+	if _, err := unix.Pwrite(fd, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.Pwrite(fd, []byte("mid"), 5000); err != nil {
+		t.Fatal(err)
+	}
+	copy(want[5000:], "mid")
+	if err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", fd), unix.AT_FDCWD, m.Path("named"), unix.AT_SYMLINK_FOLLOW); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Close(fd); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{m.Path("named"), filepath.Join(lower, "named")} {
+		if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s: %d bytes (%v), want the %d written", p, len(got), err, len(want))
+		}
+	}
+}
