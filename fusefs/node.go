@@ -498,10 +498,14 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 // that is not passed through keeps the kernel's page cache across opens
 // when it says it may, a file that asks for direct I/O gets it, and the
 // kernel sends no FLUSH at the close of a file whose Flush does nothing.
+// Under the writeback cache every file keeps it: the stack is exclusive
+// (its files change only through the mount, whose changes keep the cache
+// right), and an open that dropped the cache would first write each dirty
+// page back in a WRITE of its own (the kernel's launder_folio).
 func (st *state) openFlags(f layer.File) uint32 {
 	c := f.Caps()
 	var flags uint32
-	if c&layer.CapKeepCache != 0 && !st.passes(c) && !st.shared {
+	if (c&layer.CapKeepCache != 0 || st.writeback) && !st.passes(c) && !st.shared {
 		flags |= fuse.FOPEN_KEEP_CACHE
 	}
 	if c&layer.CapDirectIO != 0 {

@@ -45,6 +45,9 @@ import (
 //     hole. LSEEK is answered ENOSYS, after which the kernel answers them
 //     itself, the whole file data up to its size (no holes reported, as
 //     POSIX allows);
+//   - an open that does not keep the cache (FOPEN_KEEP_CACHE) makes the
+//     kernel write every dirty page of the file back first, one WRITE a
+//     page: every file keeps it (openFlags);
 //   - errors of the lower surface at fsync and close: the kernel records a
 //     failed writeback on the file's mapping, and fsync(2) and the next
 //     close(2) of a descriptor of the file report it (docs/posix.md).

@@ -561,3 +561,32 @@ func TestWritebackTmpfile(t *testing.T) {
 		}
 	}
 }
+
+// TestWritebackReopen: an open of a file whose pages are dirty keeps them
+// (FOPEN_KEEP_CACHE): without it the kernel wrote each page back in a
+// WRITE of its own before the open (2048 WRITEs for 8 MiB).
+func TestWritebackReopen(t *testing.T) {
+	lower := t.TempDir()
+	m := wbMount(t, lower, true, nil)
+	f, err := os.Create(m.Path("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	want := bytes.Repeat([]byte("0123456789abcdef"), 8<<16) // 8 MiB
+	for i := 0; i < len(want); i += 4096 {
+		if _, err := f.Write(want[i : i+4096]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []byte
+	d := delta(m, func() {
+		got, err = os.ReadFile(m.Path("f"))
+	})
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("a second open reads %d bytes (%v), want the %d written", len(got), err, len(want))
+	}
+	if d["WRITE"] > 16 {
+		t.Errorf("an open of a file with 8 MiB dirty cost %d WRITEs (requests %v)", d["WRITE"], d)
+	}
+}
