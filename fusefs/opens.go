@@ -96,8 +96,9 @@ func (n *node) openFile() *file {
 }
 
 // reopen opens the node, which has no path, from one of its open files
-// (layer.ReopenFile), with the open flags wbOpen adds: ESTALE where the stack's files cannot reopen, or the
-// node has no file open (as open_by_handle_at of a removed file on ext4).
+// (layer.ReopenFile), and returns the open flags wbOpen adds: ESTALE where
+// the stack's files cannot reopen, or the node has no file open (as
+// open_by_handle_at of a removed file on ext4).
 func (n *node) reopen(ctx context.Context, flags uint32) (layer.File, fs.FileHandle, uint32, syscall.Errno) {
 	of := n.openFile()
 	if of == nil {

@@ -91,8 +91,8 @@ func WritebackRefused(top layer.FS, shared bool) error {
 	return nil
 }
 
-// writebackVeto is the lowest layer of fs that masks FSWriteback while its
-// lowers have it, nil if fs has it.
+// writebackVeto is a layer of fs (fs itself or below it) that masks
+// FSWriteback while all its lowers have it; nil if fs has it.
 func writebackVeto(fs layer.FS) layer.FS {
 	if layer.FSCapsOf(fs)&layer.FSWriteback != 0 {
 		return nil
