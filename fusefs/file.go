@@ -71,6 +71,17 @@ func (f *file) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResul
 
 func (f *file) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	n, err := f.f.WriteAt(callerCtx(ctx), data, off)
+	// Under the writeback cache, a short answer loses the rest: the
+	// kernel takes it as written (writeback.go). The rest is written, or
+	// the write fails.
+	for f.st.writeback && err == nil && n < len(data) {
+		var m int
+		m, err = f.f.WriteAt(callerCtx(ctx), data[n:], off+int64(n))
+		if m == 0 && err == nil {
+			err = syscall.EIO
+		}
+		n += m
+	}
 	if err != nil {
 		return uint32(n), f.st.errno("write", f.path, err)
 	}
@@ -143,6 +154,13 @@ func (f *file) Allocate(ctx context.Context, off uint64, size uint64, mode uint3
 }
 
 func (f *file) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	if f.st.writeback {
+		// The stack cannot see the bytes still in the kernel's cache: it
+		// would call them a hole (cp --sparse would copy zeros). ENOSYS
+		// makes the kernel answer from its own size for the rest of the
+		// mount, every byte data (writeback.go).
+		return 0, syscall.ENOSYS
+	}
 	o, err := f.f.Lseek(callerCtx(ctx), int64(off), int(whence))
 	if err != nil {
 		return 0, f.st.errno("lseek", f.path, err)

@@ -59,6 +59,14 @@ type Options struct {
 	// LowerDirs are the directories the stack reads; a mountpoint inside
 	// one of them is refused.
 	LowerDirs []string
+	// Writeback turns on the kernel's writeback cache (fusefs/writeback.go):
+	// writes stay in the kernel's page cache and reach the stack later,
+	// in large WRITEs, at fsync, close or under memory pressure; errors
+	// of the lower then surface at fsync(2) and close(2) rather than
+	// write(2) (docs/posix.md). The kernel then passes no file through
+	// (NoPassthrough follows). Only for an exclusive stack whose every
+	// layer takes it (WritebackRefused): Mount fails otherwise.
+	Writeback bool
 	// Transport is how requests and replies travel between the kernel
 	// and the daemon (see ParseTransport): "dev" reads and writes
 	// /dev/fuse; "uring" serves over FUSE over io_uring and fails the
@@ -251,11 +259,17 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 		return nil, err
 	}
 	exclusive := layer.IsExclusive(top)
+	if o.Writeback {
+		if err := WritebackRefused(top, o.Shared); err != nil {
+			return nil, err
+		}
+	}
 	st := &state{
 		top:           top,
 		cacheDirs:     exclusive && o.AttrTimeout == 0 && !o.Shared,
 		shared:        o.Shared,
-		passthrough:   !o.NoPassthrough,
+		writeback:     o.Writeback,
+		passthrough:   !o.NoPassthrough && !o.Writeback, // the kernel refuses both (writeback.go)
 		fscaps:        layer.FSCapsOf(top),
 		finds:         layer.CanFind(top),
 		xattrReplaces: layer.ReplacesOnXattr(top),
@@ -338,6 +352,9 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 	if st.finds {
 		mopts.ExtraCapabilities |= fuse.CAP_EXPORT_SUPPORT
 	}
+	if o.Writeback {
+		mopts.ExtraCapabilities |= fuse.CAP_WRITEBACK_CACHE
+	}
 	flags, err := ParseMountFlags(o.MountFlags)
 	if err != nil {
 		return nil, err
@@ -413,6 +430,10 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 	if err := srv.WaitMount(); err != nil {
 		srv.Unmount()
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
+	}
+	if o.Writeback && srv.KernelSettings().Flags64()&fuse.CAP_WRITEBACK_CACHE == 0 {
+		srv.Unmount()
+		return nil, fmt.Errorf("mount %s: -writeback: the kernel offers no writeback cache to FUSE", mountpoint)
 	}
 	if st.passthrough && *opts.AttrTimeout > mappedEvery {
 		go st.watchMapped(served)

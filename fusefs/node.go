@@ -35,6 +35,7 @@ type state struct {
 	xattrReplaces bool  // a layer may replace an object on an xattr change (layer.ReplacesOnXattr)
 	cacheDirs     bool  // the kernel keeps directory listings (see Options.AttrTimeout)
 	shared        bool  // Options.Shared: no page cache kept across opens either
+	writeback     bool  // Options.Writeback: the kernel's writeback cache (writeback.go)
 	known         known // what finding them needs (see handles.go)
 	// Passthrough (passthrough.go).
 	srv      *fuse.Server
@@ -462,13 +463,17 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if !ok {
 		// Removed, yet the kernel opens it (by file handle): from one of
 		// its open files.
-		lf, fh, errno := n.reopen(ctx, flags)
+		lf, fh, direct, errno := n.reopen(ctx, flags)
 		if errno != 0 {
 			return nil, 0, errno
 		}
-		return fh, n.st.openFlags(lf), 0
+		return fh, n.st.openFlags(lf) | direct, 0
 	}
-	lf, err := n.st.top.Open(callerCtx(ctx), p, int(flags))
+	var lf layer.File
+	direct, err := n.st.wbOpen(flags, func(flags uint32) (err error) {
+		lf, err = n.st.top.Open(callerCtx(ctx), p, int(flags))
+		return err
+	})
 	if err != nil {
 		return nil, 0, n.st.errno("open", p, err)
 	}
@@ -492,17 +497,21 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 			n.NotifyContent(-1, 0)
 		}
 	}
-	return n.st.newFile(ctx, lf, p, &n.Inode, flags), n.st.openFlags(lf), 0
+	return n.st.newFile(ctx, lf, p, &n.Inode, flags), n.st.openFlags(lf) | direct, 0
 }
 
 // openFlags acts on the open file's capabilities (layer.Caps): a file
 // that is not passed through keeps the kernel's page cache across opens
 // when it says it may, a file that asks for direct I/O gets it, and the
 // kernel sends no FLUSH at the close of a file whose Flush does nothing.
+// Under the writeback cache every file keeps it: the stack is exclusive
+// (its files change only through the mount, whose changes keep the cache
+// right), and an open that dropped the cache would first write each dirty
+// page back in a WRITE of its own (the kernel's launder_folio).
 func (st *state) openFlags(f layer.File) uint32 {
 	c := f.Caps()
 	var flags uint32
-	if c&layer.CapKeepCache != 0 && !st.passes(c) && !st.shared {
+	if (c&layer.CapKeepCache != 0 || st.writeback) && !st.passes(c) && !st.shared {
 		flags |= fuse.FOPEN_KEEP_CACHE
 	}
 	if c&layer.CapDirectIO != 0 {
@@ -524,14 +533,19 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if !ok {
 		return nil, nil, 0, syscall.ENOENT
 	}
-	lf, a, err := n.st.top.Create(n.st.creatorCtx(ctx), p, int(flags), mode)
+	var lf layer.File
+	var a layer.Attr
+	direct, err := n.st.wbOpen(flags, func(flags uint32) (err error) {
+		lf, a, err = n.st.top.Create(n.st.creatorCtx(ctx), p, int(flags), mode)
+		return err
+	})
 	if err != nil {
 		return nil, nil, 0, n.st.errno("create", p, err)
 	}
 	ch := n.newChild(ctx, p, &a, out)
 	nf := n.st.newFile(ctx, lf, p, ch, flags)
 	nf.ctime.Store(a.Ctime.Nano()) // the kernel has these attributes
-	return ch, nf, n.st.openFlags(lf), 0
+	return ch, nf, n.st.openFlags(lf) | direct, 0
 }
 
 // made finishes an operation that creates a directory entry.

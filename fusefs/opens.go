@@ -96,19 +96,24 @@ func (n *node) openFile() *file {
 }
 
 // reopen opens the node, which has no path, from one of its open files
-// (layer.ReopenFile): ESTALE where the stack's files cannot reopen, or the
-// node has no file open (as open_by_handle_at of a removed file on ext4).
-func (n *node) reopen(ctx context.Context, flags uint32) (layer.File, fs.FileHandle, syscall.Errno) {
+// (layer.ReopenFile), and returns the open flags wbOpen adds: ESTALE where
+// the stack's files cannot reopen, or the node has no file open (as
+// open_by_handle_at of a removed file on ext4).
+func (n *node) reopen(ctx context.Context, flags uint32) (layer.File, fs.FileHandle, uint32, syscall.Errno) {
 	of := n.openFile()
 	if of == nil {
-		return nil, nil, syscall.ESTALE
+		return nil, nil, 0, syscall.ESTALE
 	}
-	lf, err := layer.ReopenFile(callerCtx(ctx), of.f, int(flags))
+	var lf layer.File
+	direct, err := n.st.wbOpen(flags, func(flags uint32) (err error) {
+		lf, err = layer.ReopenFile(callerCtx(ctx), of.f, int(flags))
+		return err
+	})
 	if errors.Is(err, syscall.ENOTSUP) || errors.Is(err, syscall.EBADF) {
-		return nil, nil, syscall.ESTALE
+		return nil, nil, 0, syscall.ESTALE
 	}
 	if err != nil {
-		return nil, nil, n.st.errno("open", of.path, err)
+		return nil, nil, 0, n.st.errno("open", of.path, err)
 	}
-	return lf, n.st.newFile(ctx, lf, of.path, &n.Inode, flags), 0
+	return lf, n.st.newFile(ctx, lf, of.path, &n.Inode, flags), direct, 0
 }

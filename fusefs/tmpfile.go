@@ -25,12 +25,17 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	if !ok {
 		return nil, nil, 0, syscall.ENOENT
 	}
-	lf, a, err := n.st.top.Tmpfile(n.st.creatorCtx(ctx), p, int(flags)&^oTmpfile, mode)
+	var lf layer.File
+	var a layer.Attr
+	direct, err := n.st.wbOpen(flags, func(flags uint32) (err error) {
+		lf, a, err = n.st.top.Tmpfile(n.st.creatorCtx(ctx), p, int(flags)&^oTmpfile, mode)
+		return err
+	})
 	if err != nil {
 		return nil, nil, 0, n.st.errno("tmpfile", p, err)
 	}
 	ch := n.newNode(ctx, &a, out)
-	return ch, n.st.newFile(ctx, lf, p, ch, flags), n.st.openFlags(lf), 0
+	return ch, n.st.newFile(ctx, lf, p, ch, flags), n.st.openFlags(lf) | direct, 0
 }
 
 // linkFile links node t, which has no path (a tmpfile's), at p through its

@@ -170,11 +170,19 @@ const (
 	FSRenameExchange                     // renameat2 RENAME_EXCHANGE
 	FSRenameWhiteout                     // renameat2 RENAME_WHITEOUT
 	FSTmpfile                            // open(2) O_TMPFILE (Tmpfile, LinkFile)
-	FSAll             FSCaps = 1<<iota - 1
+	// FSWriteback: the layer works under the kernel's writeback cache
+	// (a mount's Writeback option): writes reach it late, in larger
+	// pieces and in another order than the application made them,
+	// through any file of the object open for writing, by a request
+	// that carries no caller (the kernel's own), and the kernel sets
+	// the mtime and ctime itself (a SETATTR at close). A layer whose
+	// guarantees need the caller or the order of each write(2) masks it.
+	FSWriteback
+	FSAll FSCaps = 1<<iota - 1
 )
 
 var fsCapNames = []string{"extended attributes", "hard links", "symbolic links", "mknod",
-	"rename NOREPLACE", "rename EXCHANGE", "rename WHITEOUT", "O_TMPFILE"}
+	"rename NOREPLACE", "rename EXCHANGE", "rename WHITEOUT", "O_TMPFILE", "the writeback cache"}
 
 func (c FSCaps) String() string {
 	s := ""

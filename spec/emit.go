@@ -103,6 +103,8 @@ func (s *Spec) mountOption(k string) string {
 		return strconv.FormatBool(s.AllowOther)
 	case "xattr":
 		return strconv.FormatBool(!s.NoXattr)
+	case "writeback":
+		return strconv.FormatBool(s.Writeback)
 	case "entry_timeout":
 		return timeoutText(s.EntryTimeout)
 	case "attr_timeout":

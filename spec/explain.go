@@ -28,6 +28,8 @@ func (s *Spec) Explain(w io.Writer) {
 	fmt.Fprintf(w, "%s mounts layer %q (%s)\n", src, s.Mount, n)
 	who, keep := s.dataChangers(s.Mount), s.keepers(s.Mount)
 	switch {
+	case s.Writeback:
+		fmt.Fprintf(w, "kernel passthrough: no: writeback = true: the kernel passes no file through on a mount with its writeback cache (Linux 6.10 on); the daemon serves every file's reads and writes, through the kernel's page cache\n")
 	case len(who) == 0 && len(keep) == 0:
 		fmt.Fprintf(w, "kernel passthrough: yes: no layer changes file data, so the kernel reads and writes the lower files itself\n")
 	case len(keep) == 0 && s.allPerFile(who):
@@ -53,7 +55,7 @@ func (s *Spec) Explain(w io.Writer) {
 		v := s.mountOption(k)
 		if !contains(s.Given, k) {
 			switch k {
-			case "allow_other":
+			case "allow_other", "writeback":
 				v = "false"
 			case "xattr":
 				v = "true"

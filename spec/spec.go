@@ -54,6 +54,7 @@ type Spec struct {
 	// written "0s" in the spec, turns that cache off (as in fusefs.Options).
 	AllowOther      bool
 	NoXattr         bool // xattr = false: no extended attributes, fewer round trips
+	Writeback       bool // writeback = true: the kernel's writeback cache (fusefs.Options.Writeback)
 	EntryTimeout    time.Duration
 	AttrTimeout     time.Duration
 	NegativeTimeout time.Duration
@@ -114,7 +115,7 @@ func (s *Spec) HasSecrets() bool {
 }
 
 // Mount option names, in the order they are documented.
-var mountOptions = []string{"allow_other", "xattr", "entry_timeout", "attr_timeout", "negative_timeout", "log_level"}
+var mountOptions = []string{"allow_other", "xattr", "writeback", "entry_timeout", "attr_timeout", "negative_timeout", "log_level"}
 
 var topKeys = append([]string{"mount", "layer", "rule"}, mountOptions...)
 
@@ -239,6 +240,13 @@ func (c *checker) spec(file string, root *table, partial bool) *Spec {
 				continue
 			}
 			s.NoXattr = !v.b
+			s.Given = append(s.Given, k)
+		case "writeback":
+			if v.kind != vBool {
+				c.errorf(v.pos, "writeback must be true or false, found %s", v.describe())
+				continue
+			}
+			s.Writeback = v.b
 			s.Given = append(s.Given, k)
 		case "entry_timeout", "attr_timeout", "negative_timeout":
 			d, ok := c.duration(k, v)

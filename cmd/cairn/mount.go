@@ -61,6 +61,7 @@ type mountFlags struct {
 	fsname        string
 	stats         string // -stats: the request counts' file
 	transport     string
+	writeback     bool
 }
 
 func runMount(args []string) int {
@@ -76,6 +77,10 @@ func runMount(args []string) int {
 	fl.StringVar(&m.transport, "transport", "", "how the kernel's requests reach the daemon: dev (reads and writes of /dev/fuse), uring (FUSE over io_uring, Linux 6.14+;\n"+
 		"experimental; needs 'echo Y > /sys/module/fuse/parameters/enable_uring', else the mount fails) or auto (io_uring where the\n"+
 		"kernel offers it, else dev); default: $CAIRN_FUSE_TRANSPORT, else "+fusefs.DefaultTransport+". The log's \"mounted\" line says which serves")
+	fl.BoolVar(&m.writeback, "writeback", false, "the kernel's writeback cache: writes of files the daemon serves (not passed through) stay in the kernel's\n"+
+		"page cache and reach the stack in large pieces at fsync, close or under memory pressure; errors of the lower then show\n"+
+		"at fsync and close, not write (docs/posix.md, \"Caching\"); only for an exclusive stack whose every layer takes it\n"+
+		"(the spec's writeback = true; -o writeback)")
 	fl.BoolVar(&m.noXattr, "no-xattr", false, "no extended attributes (fewer round trips; the spec's xattr = false)")
 	fl.StringVar(&m.logLevel, "log-level", "", "debug, info, warn or error (default: the spec's log_level, else info)")
 	fl.StringVar(&m.logFile, "log-file", "", "log to this file (JSON lines); default: standard error in the foreground, syslog in the background,\n"+
@@ -86,7 +91,7 @@ func runMount(args []string) int {
 	fl.StringVar(&m.passfile, "passfile", "", "the passphrase of every crypt layer, from the first line of this file (instead of the spec's passfile or extpass)")
 	fl.StringVar(&m.extpass, "extpass", "", "the passphrase of every crypt layer, from the first line of this command's output (sh -c)")
 	fl.BoolVar(&m.nonempty, "nonempty", false, "mount over a directory that holds files (hidden while mounted; refused otherwise)")
-	fl.StringVar(&m.options, "o", "", "mount options, comma-separated, as mount(8) takes them: allow_other, default_permissions, fsname=NAME, nonempty, shared,\n"+
+	fl.StringVar(&m.options, "o", "", "mount options, comma-separated, as mount(8) takes them: allow_other, default_permissions, fsname=NAME, nonempty, shared, writeback,\n"+
 		"and "+strings.Join(fusefs.MountFlagNames(), ", ")+" (default nodev,nosuid; dev and suid need root);\n"+
 		"relatime (the default), noatime, strictatime and nodiratime decide when reads change the atimes of the lower's files,\n"+
 		"as on ext4, whatever the lower's own options (over a lower mounted with others they need root; see docs/posix.md);\n"+
@@ -253,6 +258,7 @@ Flags:
 		NoPassthrough:   m.noPassthrough,
 		Shared:          m.shared,
 		NoXattr:         m.noXattr || s.NoXattr,
+		Writeback:       m.writeback || s.Writeback,
 		FsName:          m.source(specArg, s),
 		MountFlags:      m.vfs,
 		Debug:           m.debug,
@@ -272,7 +278,7 @@ Flags:
 	}
 	// Signals are caught before readiness is reported: a SIGHUP sent as
 	// soon as the mount is ready must not kill the daemon.
-	logger.Info("mounted", "mountpoint", mountpoint, "spec", specArg, "passthrough", srv.Passthrough, "transport", srv.Transport, "pid", os.Getpid())
+	logger.Info("mounted", "mountpoint", mountpoint, "spec", specArg, "passthrough", srv.Passthrough, "transport", srv.Transport, "writeback", opts.Writeback, "pid", os.Getpid())
 	// "ok", or "ok PATH" when the log goes to a file the user did not name.
 	report(strings.TrimSpace("ok " + logPath))
 	// Under systemd (Type=notify, see cairn@.service) the unit is started
@@ -388,6 +394,8 @@ func (m *mountFlags) parseOptions() error {
 			m.nonempty = true
 		case o == "shared": // -shared, for fstab
 			m.shared = true
+		case o == "writeback": // -writeback, for fstab
+			m.writeback = true
 		case o == "default_permissions":
 			// The kernel checks permissions whenever other users may
 			// come in (allow_other); a private mount leaves them to the
@@ -406,7 +414,7 @@ func (m *mountFlags) parseOptions() error {
 			// fstab's, for mount(8) and systemd, not for the file system.
 		default:
 			if _, err := fusefs.ParseMountFlags([]string{o}); err != nil {
-				return fmt.Errorf("-o: %w; and allow_other, default_permissions, fsname=NAME, nonempty, shared", err)
+				return fmt.Errorf("-o: %w; and allow_other, default_permissions, fsname=NAME, nonempty, shared, writeback", err)
 			}
 			m.vfs = append(m.vfs, o)
 		}

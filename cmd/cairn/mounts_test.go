@@ -196,6 +196,8 @@ func TestAdvice(t *testing.T) {
 		{[]string{"mount", "-log-file", "/nonexistent-dir/x.log", "null:" + lower, mnt}, 4, "cannot open log file: open /nonexistent-dir/x.log: no such file or directory"},
 		{[]string{"mount", "null:" + lower, file}, 4, "mountpoint " + file + " is a file, not a directory; choose a directory"},
 		{[]string{"mount", "snoop(output=stdout):" + lower, mnt}, 2, `layer "snoop" writes to standard output (output = "stdout"), which a background mount does not have: mount with -f`},
+		{[]string{"mount", "-o", "writeback", "chains:" + lower, mnt}, 4, `-writeback: the chains layer refuses the writeback cache (see docs/posix.md, "Caching")`},
+		{[]string{"mount", "-writeback", "-shared", "null:" + lower, mnt}, 4, "-writeback: the writeback cache needs an exclusive stack"},
 		{[]string{"check", "zstd:null:" + rel + "/data"}, 3, `the layers of a chain are separated by "," (did you mean "zstd,null:` + rel + `/data"?)`},
 	} {
 		out, code := cairn(t, c.args...)

@@ -13,6 +13,6 @@ const mntDetach = syscall.MNT_DETACH
 
 func memfd(name string) (int, error) { return unix.MemfdCreate(name, 0) }
 
-func mountTmpfs(dir string, flags uintptr) error {
-	return syscall.Mount("cairn-test", dir, "tmpfs", flags, "size=64m,mode=0755")
+func mountTmpfs(dir string, flags uintptr, size string) error {
+	return syscall.Mount("cairn-test", dir, "tmpfs", flags, "size="+size+",mode=0755")
 }

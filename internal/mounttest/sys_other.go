@@ -14,4 +14,4 @@ const mntDetach = unix.MNT_FORCE
 
 func memfd(name string) (int, error) { return -1, syscall.ENOTSUP }
 
-func mountTmpfs(dir string, flags uintptr) error { return syscall.ENOTSUP }
+func mountTmpfs(dir string, flags uintptr, size string) error { return syscall.ENOTSUP }

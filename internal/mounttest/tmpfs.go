@@ -19,13 +19,25 @@ func Tmpfs(t testing.TB, dir string) string {
 // TmpfsFlags is Tmpfs with mount(2) flags (MS_NOATIME, MS_STRICTATIME...).
 func TmpfsFlags(t testing.TB, dir string, flags uintptr) string {
 	t.Helper()
+	return tmpfs(t, dir, flags, "64m")
+}
+
+// TmpfsSize is Tmpfs of size bytes (tmpfs's size= option: "16m"), for
+// tests that fill it (ENOSPC).
+func TmpfsSize(t testing.TB, dir, size string) string {
+	t.Helper()
+	return tmpfs(t, dir, 0, size)
+}
+
+func tmpfs(t testing.TB, dir string, flags uintptr, size string) string {
+	t.Helper()
 	NeedRoot(t)
 	if dir == "" {
 		dir = t.TempDir()
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := mountTmpfs(dir, flags); err != nil {
+	if err := mountTmpfs(dir, flags, size); err != nil {
 		t.Fatalf("mount tmpfs on %s: %v", dir, err)
 	}
 	t.Cleanup(func() {

@@ -165,3 +165,13 @@ func (fs *FS) denied(c *who, op *layer.Op, k Class, path, rule string, err error
 			"pid", c.Pid, "comm", c.Comm(), "rule", rule, "errno", err.(syscall.Errno).Error())
 	}
 }
+
+// FSCaps: no writeback cache (layer.FSWriteback). Under the cache the
+// kernel sets a written file's mtime and ctime itself, by a SETATTR of
+// given times at close and fsync (and sends touch as one too): the rules
+// would judge it as a setattr of the closing process (or of root, when
+// the kernel's flusher sends it), so a caller allowed to write and not to
+// setattr would see its close fail, and a rule refusing setattr to some
+// would not hold against touch. (Writes themselves are judged at open, or
+// by the opener's identity: those would be safe.)
+func (fs *FS) FSCaps() layer.FSCaps { return fs.Hooked.FSCaps() &^ layer.FSWriteback }

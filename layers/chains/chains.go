@@ -118,8 +118,18 @@ func (fs *FS) Changes() layer.Changes { return layer.ChangesData | layer.Changes
 func (fs *FS) ReplacesOnXattr() bool { return true }
 
 // FSCaps: no O_TMPFILE (a new file would need a chain before it has a
-// path), no renameat2 whiteouts of our own to worry about.
-func (fs *FS) FSCaps() layer.FSCaps { return layer.FSCapsOf(fs.Lower) &^ layer.FSTmpfile }
+// path), no renameat2 whiteouts of our own to worry about. No writeback
+// cache (layer.FSWriteback): a transformation link's view is made in the
+// daemon, at the link's open, from its target's bytes as the stack has
+// them; under the cache, the bytes written to the target and not yet
+// written back by the kernel (its writer has not closed or fsync'ed it)
+// would be missing from the view, which today has every write(2) made
+// before the open. (Conversions by user.cairn.chain would be safe: they
+// wait until no file of the target is open for writing, and the kernel
+// writes its pages back before it lets go of a file.)
+func (fs *FS) FSCaps() layer.FSCaps {
+	return layer.FSCapsOf(fs.Lower) &^ (layer.FSTmpfile | layer.FSWriteback)
+}
 
 func (fs *FS) Tmpfile(context.Context, string, int, uint32) (layer.File, layer.Attr, error) {
 	return nil, layer.Attr{}, syscall.EOPNOTSUPP

@@ -93,6 +93,13 @@ type Engine struct {
 var _ layer.Transform = (*Engine)(nil)
 
 // FS is a size-changing layer: the engine applied to every file.
+//
+// It keeps the writeback cache (layer.FSWriteback, the lower's): the
+// kernel's WRITEs, later and larger, go through any of the object's files
+// open for writing, which share the object's state; the fold at rest runs
+// after the last release, and the kernel writes its pages back before it
+// releases a file (a mapping keeps its file open); the fold keeps the
+// times, and the kernel keeps the size the stack presents.
 type FS struct {
 	layer.Transformed
 	e *Engine

@@ -9,7 +9,11 @@ import (
 
 // FSCaps: no O_TMPFILE (EOPNOTSUPP, as on many file systems): an encrypted
 // file is made with its header and named when it is made; a file of no
-// name would need both at its link.
+// name would need both at its link. The writeback cache (layer.FSWriteback)
+// is kept: its writes come later and larger, page-aligned, through any of
+// the object's files open for writing, which share the object's state
+// (size, blocks); partial blocks are read and rewritten as for any write,
+// and the kernel's reads of partial pages are ordinary reads.
 func (fs *FS) FSCaps() layer.FSCaps { return layer.FSCapsOf(fs.Lower) &^ layer.FSTmpfile }
 
 func (fs *FS) Tmpfile(context.Context, string, int, uint32) (layer.File, layer.Attr, error) {

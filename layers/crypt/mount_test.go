@@ -54,3 +54,12 @@ func TestFsxMmapProcess(t *testing.T) {
 	p := mounttest.MountSpec(t, specFor(t, dir, ""))
 	fsx.Run(t, fsx.Config{Dir: p.Dir, Ops: fsxOps(10000), Mmap: true, Punch: true})
 }
+
+// TestFsxWriteback runs the model with mmap over a crypt mount with the
+// kernel's writeback cache (cairn mount -writeback): writes come later, in
+// larger pieces, through any file of the object open for writing.
+func TestFsxWriteback(t *testing.T) {
+	dir, _ := newVolume(t, InitParams{})
+	p := mounttest.MountSpec(t, "writeback = true\n"+specFor(t, dir, ""))
+	fsx.Run(t, fsx.Config{Dir: p.Dir, Ops: fsxOps(10000), Mmap: true, Punch: true})
+}

@@ -63,6 +63,12 @@ type Rule struct {
 type Rules []*Rule
 
 // FS is a fault layer.
+//
+// It keeps the writeback cache (layer.FSWriteback, the lower's): a fault
+// on a write then reaches the application at fsync or close, as the
+// lower's own errors do, which is what a test of a writeback mount wants;
+// its rules name paths and operations, never callers, whom the kernel's
+// writeback does not carry.
 type FS struct {
 	layer.Hooked
 	rules  atomic.Pointer[Rules]

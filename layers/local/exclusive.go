@@ -9,7 +9,9 @@ import "sync/atomic"
 // be. Not so when the layer's `shared` option is set (other programs write
 // into the directory too), when the stack is mounted -shared (Share), or
 // when the directory is on a network or FUSE file system (networked), which
-// other machines or processes change as a rule.
+// other machines or processes change as a rule. The writeback cache
+// (layer.FSWriteback, which a local directory keeps) needs it too: the
+// kernel then holds the sizes and times of files it caches as its own.
 func (fs *FS) Exclusive() bool {
 	return !fs.shared.Load() && !fs.networked
 }

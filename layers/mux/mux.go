@@ -17,7 +17,8 @@ import (
 	"cairnfs.dev/cairn/registry"
 )
 
-// FS shows each lower as a top-level directory.
+// FS shows each lower as a top-level directory. It keeps the writeback
+// cache (layer.FSWriteback) where all its lowers do: it only routes.
 type FS struct {
 	layer.NotImplemented
 	lowers []layer.FS

@@ -4,7 +4,8 @@ package null
 
 import "cairnfs.dev/cairn/layer"
 
-// FS is a null layer over one lower layer.
+// FS is a null layer over one lower layer. It changes nothing, and keeps
+// the writeback cache (layer.FSWriteback) when its lower does.
 type FS struct {
 	layer.Base
 }

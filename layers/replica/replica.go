@@ -194,7 +194,16 @@ func (fs *FS) Close() error {
 }
 
 // FSCaps: what every replica can do, without O_TMPFILE (an unnamed file
-// on each replica could not be named as one).
+// on each replica could not be named as one). The writeback cache
+// (layer.FSWriteback) is kept: a WRITE goes to every replica whichever of
+// the object's files the kernel sends it through, as a write(2) does; the
+// kernel writes its pages back and sends its mtime (SETATTR) before the
+// FLUSH of a close, after which the replicas' times are aligned as
+// without it; a replica's error reaches fsync and close as it would
+// write(2). (The kernel sends several WRITEs of a file at once, as
+// threads writing one file do: replicas that fill up may run out of space
+// at different WRITEs, and the one that refused is degraded as diverged,
+// where one write(2) at a time fails on both alike.)
 func (fs *FS) FSCaps() layer.FSCaps {
 	c := layer.FSAll
 	for _, l := range fs.r {

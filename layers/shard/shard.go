@@ -44,6 +44,10 @@ type Config struct {
 }
 
 // FS is a shard layer over one lower.
+//
+// It keeps the writeback cache (layer.FSWriteback, its lowers'): a file's
+// bytes live in one lower and are read and written only in answer to the
+// kernel's requests; resharding is done unmounted.
 type FS struct {
 	layer.NotImplemented
 	lower layer.FS

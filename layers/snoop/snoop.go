@@ -155,3 +155,11 @@ func known(op string) bool {
 	}
 	return false
 }
+
+// FSCaps: no writeback cache (layer.FSWriteback). A record says who made
+// each operation; under the cache the kernel sends writes when it writes
+// pages back, as itself (from its flusher threads, or the process that
+// happens to close or fsync the file), merged and reordered, and sets the
+// mtime itself: the log would name the wrong process and user, and miss
+// the writes as the application made them.
+func (fs *FS) FSCaps() layer.FSCaps { return fs.Hooked.FSCaps() &^ layer.FSWriteback }

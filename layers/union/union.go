@@ -163,7 +163,11 @@ func (u *FS) Close() error {
 }
 
 // FSCaps: what every branch can do, without RENAME_WHITEOUT (a whiteout
-// is the union's own, as in overlayfs).
+// is the union's own, as in overlayfs). The writeback cache
+// (layer.FSWriteback) is kept: the kernel writes pages back, and reads
+// the rest of partly written pages, through files open for writing, which
+// are all copied up at their open; the files of the branches below are
+// never written, and a copy-up copies a file no one writes yet.
 func (u *FS) FSCaps() layer.FSCaps {
 	c := layer.FSCaps(^uint16(0))
 	for _, b := range u.b {
