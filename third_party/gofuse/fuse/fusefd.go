@@ -96,17 +96,18 @@ func (r *fuseFD) writevFD(iov [][]byte) (int, error) {
 	return n, err
 }
 
-// readRequest reads one request from the kernel. Returns nil, OK if
-// there are too many concurrent readers or insufficient request-bytes
-// budget.
+// readRequest reads one request from the kernel. The caller is one of
+// reqReaders (a goroutine that reads or is on its way to): it is taken off
+// when the read returns. Returns nil, OK if the request-bytes budget is
+// spent (the caller then stops reading).
 func (r *fuseFD) readRequest() (req *requestAlloc, code Status) {
 	ms := r.server
 	r.reqMu.Lock()
-	if r.reqReaders > ms.maxReaders || !r.reserveRequestBytes() {
+	if !r.reserveRequestBytes() {
+		r.reqReaders--
 		r.reqMu.Unlock()
 		return nil, OK
 	}
-	r.reqReaders++
 	r.reqMu.Unlock()
 
 	req = r.reqPool.Get().(*requestAlloc)
@@ -134,11 +135,11 @@ func (r *fuseFD) readRequest() (req *requestAlloc, code Status) {
 	r.reqMu.Lock()
 	defer r.reqMu.Unlock()
 	gobbled := req.setInput(dest[:n])
+	r.reqReaders--
 	if len(req.inputBuf) < int(unsafe.Sizeof(InHeader{})) {
 		log.Printf("Short read for input header: %v", req.inputBuf)
 		r.putReadBuf(dest)
 		r.putReq(req)
-		r.reqReaders--
 		return nil, EINVAL
 	}
 	opCode := ((*InHeader)(unsafe.Pointer(&req.inputBuf[0]))).Opcode
@@ -151,13 +152,41 @@ func (r *fuseFD) readRequest() (req *requestAlloc, code Status) {
 	if !gobbled {
 		r.putReadBuf(dest)
 	}
-	r.reqReaders--
+	// This goroutine serves the request inline: if no other goroutine
+	// reads (or is about to), start one, so that a request that blocks
+	// does not hold up the next. A goroutine that has served its
+	// request counts as a reader from before its reply is written
+	// (readAgain), so the usual case, one caller whose next request
+	// comes as soon as it has its reply, starts none.
 	if !ms.singleReader && r.reqReaders <= 0 && !needsBackPressure {
+		r.reqReaders++
 		r.loops.Add(1)
 		go ms.loop()
 	}
 
 	return req, OK
+}
+
+// readAgain is called by a reading goroutine that has served its request
+// (handleRequest): it says whether the goroutine is to read the next
+// request (it then counts as a reader) or to end, as enough others wait
+// already.
+func (r *fuseFD) readAgain() bool {
+	r.reqMu.Lock()
+	defer r.reqMu.Unlock()
+	if r.reqReaders >= r.server.maxReaders {
+		return false
+	}
+	r.reqReaders++
+	return true
+}
+
+// readAgainAlways counts the caller as a reader again, whatever their
+// number (the single reader; a read that is retried).
+func (r *fuseFD) readAgainAlways() {
+	r.reqMu.Lock()
+	r.reqReaders++
+	r.reqMu.Unlock()
 }
 
 // returnRequest returns a request to the pool of unused requests.

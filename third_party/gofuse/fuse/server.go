@@ -51,7 +51,8 @@ type Server struct {
 
 	opts *MountOptions
 
-	// maxReaders is the maximum number of goroutines reading requests
+	// maxReaders is the maximum number of goroutines that wait for a
+	// request (fuseFD.reqReaders) once they have served one
 	maxReaders int
 
 	// Pool for request structs.
@@ -223,7 +224,18 @@ func NewServer(fs RawFileSystem, mountPoint string, opts *MountOptions) (*Server
 	o := *opts
 	o.setDefaults(fs)
 
-	maxReaders := runtime.GOMAXPROCS(0)
+	// A reader that waits in read(2) of /dev/fuse holds its P (a Go
+	// processor) until sysmon takes it back, which it does after 20 µs
+	// if no other P is idle, waking a thread to run it; the reader then
+	// finds its P gone when its request comes, and sysmon keeps polling
+	// at 20 µs. minMaxReaders wait while the mount is idle: with no more
+	// Ps than that, each request paid those wake-ups (docs/requests.md,
+	// issue 20). Unless the user set GOMAXPROCS, leave a P free of
+	// readers; at most GOMAXPROCS-1 wait.
+	if runtime.GOMAXPROCS(0) <= minMaxReaders && os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(minMaxReaders + 1)
+	}
+	maxReaders := runtime.GOMAXPROCS(0) - 1
 	if maxReaders < minMaxReaders {
 		maxReaders = minMaxReaders
 	} else if maxReaders > maxMaxReaders {
@@ -313,6 +325,7 @@ func NewServer(fs RawFileSystem, mountPoint string, opts *MountOptions) (*Server
 	// This prepares for Serve being called somewhere, either
 	// synchronously or asynchronously.
 	ms.fuseFD.loops.Add(1)
+	ms.fuseFD.reqReaders++
 	return ms, nil
 }
 
@@ -449,13 +462,14 @@ func (ms *Server) handleInit() Status {
 	// and don't spawn new readers.
 	orig := ms.singleReader
 	ms.singleReader = true
+	ms.fuseFD.reqReaders++
 	req, errNo := ms.fuseFD.readRequest()
 	ms.singleReader = orig
 
 	if errNo != OK || req == nil {
 		return errNo
 	}
-	if code := ms.handleRequest(req); !code.Ok() {
+	if code, _ := ms.handleRequest(req, false); !code.Ok() {
 		return code
 	}
 
@@ -496,6 +510,9 @@ func (ms *Server) handleInit() Status {
 // BenchmarkGoFuseStat-2          	    9310	    121332 ns/op
 // BenchmarkGoFuseReaddir         	    4074	    361568 ns/op
 // BenchmarkGoFuseReaddir-2       	    3511	    319765 ns/op
+//
+// The goroutine that runs loop is counted in fuseFD.reqReaders when it
+// starts (Serve, or the reader that spawned it).
 func (ms *Server) loop() {
 	defer ms.fuseFD.loops.Done()
 exit:
@@ -507,6 +524,7 @@ exit:
 				break exit
 			}
 		case ENOENT:
+			ms.fuseFD.readAgainAlways()
 			continue
 		case ENODEV:
 			// Mount was killed. The obvious place to
@@ -528,24 +546,47 @@ exit:
 			break exit
 		}
 
-		if ms.singleReader && ms.fuseFD.canAcceptAnother() {
-			go ms.handleRequest(req)
+		if ms.singleReader {
+			ms.fuseFD.readAgainAlways()
+			if ms.fuseFD.canAcceptAnother() {
+				go ms.handleRequest(req, false)
+				continue
+			}
+			ms.handleRequest(req, false)
 			continue
 		}
-		ms.handleRequest(req)
+		if _, again := ms.handleRequest(req, true); !again {
+			break exit
+		}
 	}
 }
 
-func (ms *Server) handleRequest(req *requestAlloc) Status {
+// handleRequest serves req and writes its reply. With loop (the goroutine
+// reads requests and serves them inline), it asks readAgain whether the
+// goroutine is to read the next one before the reply goes out.
+func (ms *Server) handleRequest(req *requestAlloc, loop bool) (errno Status, again bool) {
 	defer ms.fuseFD.returnRequest(req)
 	if ms.opts.SingleThreaded {
 		ms.requestProcessingMu.Lock()
 		defer ms.requestProcessingMu.Unlock()
 	}
-	if !ms.serveRequest(req) {
-		return OK
+	reply := ms.serveRequest(req)
+	// The goroutine counts as a reader again before it writes the
+	// reply, so that the caller's next request, which may come before
+	// it is back in read, does not start another; but after the write
+	// where the reply's data is still to be read (a ReadResult, from a
+	// lower file that may be slow), so that no request waits for that.
+	counted := false
+	if loop && (!reply || req.readResult == nil) {
+		again, counted = ms.fuseFD.readAgain(), true
 	}
-	errno := ms.fuseFD.write(&req.request)
+	if !reply {
+		return OK, again
+	}
+	errno = ms.fuseFD.write(&req.request)
+	if loop && !counted {
+		again = ms.fuseFD.readAgain()
+	}
 	if errno != 0 {
 		// Ignore ENOENT for INTERRUPT responses which
 		// indicates that the referred request is no longer
@@ -565,7 +606,7 @@ func (ms *Server) handleRequest(req *requestAlloc) Status {
 				errno, operationName(req.inHeader().Opcode))
 		}
 	}
-	return errno
+	return errno, again
 }
 
 // serveRequest parses the request in req.inputBuf and serves it, leaving
