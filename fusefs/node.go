@@ -317,7 +317,15 @@ func (n *node) getattr(ctx context.Context, f fs.FileHandle) (layer.Attr, syscal
 	}
 	p, ok := n.path()
 	if !ok {
-		return layer.Attr{}, syscall.ENOENT
+		// Removed: its attributes come from one of its open files. With
+		// none, the kernel holds a node whose object is gone (an open by
+		// handle that came before the node's last RELEASE was answered):
+		// stale, as the handle is on ext4, not ENOENT.
+		if of := n.openFile(); of != nil {
+			a, err := of.f.Getattr(callerCtx(ctx))
+			return a, n.st.errno("getattr", of.path, err)
+		}
+		return layer.Attr{}, syscall.ESTALE
 	}
 	a, err := n.st.top.Getattr(callerCtx(ctx), p)
 	if err == nil && n.st.xattrReplaces && a.ID() != n.id {

@@ -402,7 +402,15 @@ func (b *rawBridge) lookupDot(ctx *fuse.Context, nodeID uint64, out *fuse.EntryO
 		self := e.inode.Load()
 		if ga, ok := self.ops.(NodeGetattrer); ok {
 			var a fuse.AttrOut
-			if errno := ga.Getattr(ctx, nil, &a); errno == 0 {
+			errno := ga.Getattr(ctx, nil, &a)
+			if errno == syscall.ENOENT {
+				// (cairn) The node is still in the table (its FORGET
+				// has not come yet) but its object is gone: the
+				// handle is stale, as the kernel says when it finds
+				// no node at all.
+				return errnoToStatus(syscall.ESTALE)
+			}
+			if errno == 0 {
 				out.Attr = a.Attr
 			}
 		}
