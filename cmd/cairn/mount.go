@@ -77,10 +77,10 @@ func runMount(args []string) int {
 	fl.StringVar(&m.transport, "transport", "", "how the kernel's requests reach the daemon: dev (reads and writes of /dev/fuse), uring (FUSE over io_uring, Linux 6.14+;\n"+
 		"experimental; needs 'echo Y > /sys/module/fuse/parameters/enable_uring', else the mount fails) or auto (io_uring where the\n"+
 		"kernel offers it, else dev); default: $CAIRN_FUSE_TRANSPORT, else "+fusefs.DefaultTransport+". The log's \"mounted\" line says which serves")
-	fl.BoolVar(&m.writeback, "writeback", false, "the kernel's writeback cache: writes of files the daemon serves (not passed through) stay in the kernel's\n"+
-		"page cache and reach the stack in large pieces at fsync, close or under memory pressure; errors of the lower then show\n"+
-		"at fsync and close, not write (docs/posix.md, \"Caching\"); only for an exclusive stack whose every layer takes it\n"+
-		"(the spec's writeback = true; -o writeback)")
+	fl.BoolVar(&m.writeback, "writeback", false, "the kernel's writeback cache: writes stay in the kernel's page cache and reach the stack in large pieces at\n"+
+		"fsync, close or under memory pressure; errors of the lower then show at fsync and close, not write, and no file is\n"+
+		"passed through (Linux refuses backing files under it: reads come through the daemon too); see docs/posix.md,\n"+
+		"\"Caching\"; only for an exclusive stack whose every layer takes it (the spec's writeback = true; -o writeback)")
 	fl.BoolVar(&m.noXattr, "no-xattr", false, "no extended attributes (fewer round trips; the spec's xattr = false)")
 	fl.StringVar(&m.logLevel, "log-level", "", "debug, info, warn or error (default: the spec's log_level, else info)")
 	fl.StringVar(&m.logFile, "log-file", "", "log to this file (JSON lines); default: standard error in the foreground, syslog in the background,\n"+
