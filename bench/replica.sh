@@ -8,6 +8,8 @@
 #   replica3   replica of disk 1, disk 2 and a second directory of disk 1
 #   replica2first  replica2 with policy = "first" (reads from disk 1 only)
 #   replica2all    replica2 with balance_size = 0 (small files balanced too)
+#   replica2wb, nullwb  replica2 and null mounted with -writeback (the
+#              kernel's writeback cache; no passthrough)
 #   (--configs a,b chooses among them, and leaves par4 out)
 #
 # Workloads (each on fresh, empty lowers; "cold": unmount, sync, drop
@@ -109,10 +111,14 @@ spec() {
 	replica2lo) echo "replica(policy=least-outstanding):$D1/r:$D2/r" ;;
 	replica2first) echo "replica(policy=first):$D1/r:$D2/r" ;;
 	replica2all) echo "replica(balance_size=0):$D1/r:$D2/r" ;;
+	replica2wb) echo "replica:$D1/r:$D2/r" ;;
+	nullwb) echo "null:$D1/r" ;;
 	replica3) echo "replica:$D1/r:$D2/r:$D1/r3" ;;
 	esac
 }
-mnt() { "$CAIRN" mount "$1" "$MNT"; }
+# FLAGS: the mount flags of the configuration being measured.
+FLAGS=
+mnt() { "$CAIRN" mount $FLAGS "$1" "$MNT"; }
 umnt() { "$CAIRN" umount "$MNT"; }
 cold() { umnt; sync; echo 3 >/proc/sys/vm/drop_caches; mnt "$1"; }
 now() { date +%s.%N; }
@@ -195,6 +201,7 @@ WL="untar grep seqwrite"
 for run in $(seq 1 "$RUNS"); do
 	for c in $CONFIGS; do
 		s=$(spec $c)
+		case $c in *wb) FLAGS=-writeback ;; *) FLAGS= ;; esac
 		mnt "$s"
 		t0=$(now); tar -xf "$TREE" -C "$MNT"; sync; t1=$(now)
 		rec untar $c "$run" "$(echo "$t1 - $t0" | bc)"
@@ -226,6 +233,7 @@ if [ "$CAP" -gt 0 ] && [ "$PAR" = 1 ]; then
 fi
 [ "$PAR" = 1 ] || PRUNS=0
 for run in $(seq 1 "$PRUNS"); do
+	FLAGS=
 	for c in null replica2lo; do
 		s=$(spec $c)
 		mnt "$s"
