@@ -22,11 +22,11 @@ import (
 type Options struct {
 	Level     int   // codec level (gzip, zstd, lz4)
 	ChunkSize int64 // a power of two from 4 KiB to 1 MiB (default DefaultChunkSize)
-	FastTails bool  // keep small appends unencoded until their chunk fills
+	FastTails bool  // keep small appends and writes into stored chunks unencoded (deltas), within limits
 	// CompactMin is the dead space a file may hold before compaction is
 	// considered (default 1 MiB); compaction also needs dead > live.
 	CompactMin int64
-	// FoldDelay is how long a closed file with fast tails stays as it is
+	// FoldDelay is how long a closed file with deltas stays as it is
 	// before they are folded into encoded chunks and the file compacted
 	// (default 2 s; negative: never). See Engine.fold.
 	FoldDelay time.Duration
@@ -184,9 +184,9 @@ func Register(k *Kind) {
 			Help:  "size of the independently encoded chunks of new files: a power of two from 4KiB to 1MiB",
 			Check: func(v any) error { n, _ := v.(int64); return checkChunk(n) }},
 		{Name: "fast_tails", Kind: registry.Bool, Default: true,
-			Help: "keep small appends unencoded until their chunk fills, or until the file has been closed for fold_delay"},
+			Help: "keep small appends, and small writes into chunks already stored, unencoded (delta records) until their chunk fills or carries a chunk's worth of them, or until the file has been closed for fold_delay"},
 		{Name: "fold_delay", Kind: registry.Duration, Default: "2s",
-			Help: "how long a closed file's fast tails stay unencoded before they are folded (encoded, the file compacted); 0: never",
+			Help: "how long a closed file's fast tails and other deltas stay unencoded before they are folded (encoded, the file compacted); 0: never",
 			Check: func(v any) error {
 				if d, _ := v.(time.Duration); d < 0 {
 					return fmt.Errorf("must not be negative")

@@ -1,0 +1,266 @@
+//go:build linux
+
+package codec
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"cairnfs.dev/cairn/internal/mounttest"
+	"cairnfs.dev/cairn/layer"
+)
+
+// logRecord is a record of a lower file, as the test reads it.
+type logRecord struct {
+	r       rec
+	off     int64
+	payload []byte
+}
+
+// recordsFrom parses the records of the lower file raw from offset from on.
+func recordsFrom(t *testing.T, raw []byte, from int64) []logRecord {
+	t.Helper()
+	sl, ok := bestSlot(raw)
+	if !ok {
+		t.Fatal("no header")
+	}
+	var out []logRecord
+	for p := from; p+recHdrSize <= int64(len(raw)); {
+		r, err := parseRec(raw[p:], sl.salt, sl.shift)
+		if err != nil {
+			t.Fatalf("record at %d: %v", p, err)
+		}
+		end := p + recHdrSize + int64(r.encLen)
+		out = append(out, logRecord{r, p, raw[p+recHdrSize : end]})
+		p = end
+	}
+	return out
+}
+
+// writeAtClose opens p, writes each of ws at its offset, and closes it.
+func writeAtClose(t *testing.T, p string, ws map[int64][]byte) {
+	t.Helper()
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for off, w := range ws {
+		if _, err := f.WriteAt(w, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWriteMiddleDelta: a write into the middle of a file, in a chunk the
+// log holds, appends a delta record of the written bytes (not the chunk
+// encoded again): the lower file grows by the record and nothing before it
+// changes but the header. Writes of one open that touch are one delta; a
+// write across a chunk boundary is a delta in each. The file reads back
+// right, after a remount (the log replayed) and after the fold at rest,
+// which encodes the chunks with deltas again; fsck finds it clean
+// throughout.
+func TestWriteMiddleDelta(t *testing.T) {
+	ctx := context.Background()
+	for _, name := range codecNames {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			lp := filepath.Join(dir, "f")
+			fs := newStackAt(t, dir, name, Options{FastTails: true, FoldDelay: -1})
+			cs := int64(1) << fs.e.shift
+			r := rand.New(rand.NewPCG(7, 8))
+			want := text(r, int(4*cs+cs/3))
+			m := mounttest.Mount(t, fs)
+			if err := os.WriteFile(m.Path("f"), want, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			waitReleased(t, fs)
+			raw0, _ := os.ReadFile(lp)
+
+			// One 4 KiB write in the middle of chunk 1.
+			w := bytes.ToUpper(text(r, 4096))
+			off := cs + cs/3
+			writeAtClose(t, m.Path("f"), map[int64][]byte{off: w})
+			copy(want[off:], w)
+			waitReleased(t, fs)
+			raw1, _ := os.ReadFile(lp)
+			if !bytes.Equal(raw1[headerSize:len(raw0)], raw0[headerSize:]) {
+				t.Fatalf("the log before the write changed")
+			}
+			recs := recordsFrom(t, raw1, int64(len(raw0)))
+			if len(recs) != 1 || recs[0].r.typ != recDelta || recs[0].r.arg != 1 || int64(recs[0].r.aux) != cs/3 || !bytes.Equal(recs[0].payload, w) {
+				t.Fatalf("a 4 KiB write in chunk 1 appended %d bytes: %+v, want one delta record of it", len(raw1)-len(raw0), recs)
+			}
+			if b, err := os.ReadFile(m.Path("f")); err != nil || !bytes.Equal(b, want) {
+				t.Fatalf("after the write: %v, first difference %d", err, firstDiff(b, want))
+			}
+
+			// Two writes that touch (one delta), and one across the
+			// boundary of chunks 2 and 3 (a delta in each).
+			a, b := bytes.ToUpper(text(r, 100)), bytes.ToUpper(text(r, 200))
+			x := bytes.ToUpper(text(r, 3000))
+			ws := map[int64][]byte{2*cs + 1000: a, 2*cs + 1100: b, 3*cs - 1000: x}
+			writeAtClose(t, m.Path("f"), ws)
+			for o, p := range ws {
+				copy(want[o:], p)
+			}
+			waitReleased(t, fs)
+			raw2, _ := os.ReadFile(lp)
+			var got []logRecord
+			for _, rc := range recordsFrom(t, raw2, int64(len(raw1))) {
+				if rc.r.typ != recIndex {
+					got = append(got, rc)
+				}
+			}
+			if len(got) != 3 {
+				t.Fatalf("%d records for three writes, want 3 deltas: %+v", len(got), got)
+			}
+			for i, wantRec := range []struct {
+				c, aux int64
+				p      []byte
+			}{{2, 1000, want[2*cs+1000 : 2*cs+1300]}, {2, cs - 1000, want[3*cs-1000 : 3*cs]}, {3, 0, want[3*cs : 3*cs+2000]}} {
+				g := got[i]
+				if g.r.typ != recDelta || int64(g.r.arg) != wantRec.c || int64(g.r.aux) != wantRec.aux || !bytes.Equal(g.payload, wantRec.p) {
+					t.Errorf("record %d: %+v, want a delta of chunk %d at %d of %d bytes", i, g.r, wantRec.c, wantRec.aux, len(wantRec.p))
+				}
+			}
+			if b, err := os.ReadFile(m.Path("f")); err != nil || !bytes.Equal(b, want) {
+				t.Fatalf("after the writes: %v, first difference %d", err, firstDiff(b, want))
+			}
+			m.Unmount()
+			layer.CloseStack(fs)
+
+			// A remount replays the deltas.
+			fs2 := newStackAt(t, dir, name, Options{FastTails: true, FoldDelay: 10 * time.Millisecond})
+			if rep, err := fs2.Check(ctx, "f", CheckOnly); err != nil || !rep.OK() {
+				t.Fatalf("fsck with deltas: %s, %v", rep.String(), err)
+			}
+			m2 := mounttest.Mount(t, fs2)
+			if b, err := os.ReadFile(m2.Path("f")); err != nil || !bytes.Equal(b, want) {
+				t.Fatalf("after a remount: %v, first difference %d", err, firstDiff(b, want))
+			}
+			// The read's close schedules the fold: chunks 1, 2 and 3
+			// are encoded again, and their deltas are gone.
+			waitReleased(t, fs2)
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				raw, _ := os.ReadFile(lp)
+				fresh := newStackAt(t, dir, name, Options{FoldDelay: -1})
+				st, err := fresh.e.openState(ctx, "f", os.O_RDONLY)
+				if err != nil {
+					t.Fatal(err)
+				}
+				st.mu.Lock()
+				deltas := st.hasDeltas()
+				st.mu.Unlock()
+				fresh.e.put(ctx, st)
+				layer.CloseStack(fresh)
+				if !deltas {
+					t.Logf("lower file: %d bytes written whole, %d with deltas, %d folded", len(raw0), len(raw2), len(raw))
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("not folded 10 s after the last close")
+				}
+			}
+			waitReleased(t, fs2) // the fold holds the file open until it is done
+			if b, err := os.ReadFile(m2.Path("f")); err != nil || !bytes.Equal(b, want) {
+				t.Fatalf("after the fold: %v, first difference %d", err, firstDiff(b, want))
+			}
+			m2.Unmount()
+			layer.CloseStack(fs2)
+			fs3 := newStackAt(t, dir, name, Options{})
+			if b, err := layer.ReadFile(ctx, fs3, "f"); err != nil || !bytes.Equal(b, want) {
+				t.Fatalf("after the fold and a remount: %v, first difference %d", err, firstDiff(b, want))
+			}
+			if rep, err := fs3.Check(ctx, "f", CheckOnly); err != nil || !rep.OK() {
+				t.Fatalf("fsck after the fold: %s, %v", rep.String(), err)
+			}
+		})
+	}
+}
+
+// TestWriteMiddleLimits: a chunk takes deltas until they would exceed a
+// chunk's bytes (or maxDeltas), then is encoded whole, and takes deltas
+// again; writes too scattered within one open (more ranges than maxDeltas)
+// encode it whole at once. The file reads back right after each step and
+// after a remount.
+func TestWriteMiddleLimits(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	lp := filepath.Join(dir, "f")
+	fs := newStackAt(t, dir, "gzip", Options{ChunkSize: 16 << 10, FastTails: true, FoldDelay: -1})
+	cs := int64(16 << 10)
+	r := rand.New(rand.NewPCG(9, 10))
+	want := text(r, int(3*cs))
+	m := mounttest.Mount(t, fs)
+	if err := os.WriteFile(m.Path("f"), want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitReleased(t, fs)
+	kinds := ""
+	for i := range 20 {
+		size, _ := os.Stat(lp)
+		// 1 KiB at a different place of chunk 1 each time.
+		off := cs + int64(i%16)*1024
+		w := bytes.ToUpper(text(r, 1000))
+		writeAtClose(t, m.Path("f"), map[int64][]byte{off: w})
+		copy(want[off:], w)
+		waitReleased(t, fs)
+		raw, _ := os.ReadFile(lp)
+		for _, rc := range recordsFrom(t, raw, size.Size()) {
+			switch rc.r.typ {
+			case recDelta:
+				kinds += "d"
+			case recChunk:
+				kinds += "C"
+			}
+		}
+		if b, err := os.ReadFile(m.Path("f")); err != nil || !bytes.Equal(b, want) {
+			t.Fatalf("after write %d: %v, first difference %d", i, err, firstDiff(b, want))
+		}
+	}
+	// 16 deltas of 1000 bytes fit in 16 KiB; the 17th is over.
+	if want := "ddddddddddddddddCddd"; kinds != want {
+		t.Errorf("records of 20 writes: %s, want %s", kinds, want)
+	}
+
+	// 300 one-byte writes 2 bytes apart in one open: more ranges than
+	// maxDeltas (256).
+	size, _ := os.Stat(lp)
+	ws := map[int64][]byte{}
+	for i := range int64(300) {
+		ws[2*cs+2*i] = []byte{'#'}
+		want[2*cs+2*i] = '#'
+	}
+	writeAtClose(t, m.Path("f"), ws)
+	waitReleased(t, fs)
+	raw, _ := os.ReadFile(lp)
+	kinds = ""
+	for _, rc := range recordsFrom(t, raw, size.Size()) {
+		if rc.r.typ == recDelta || rc.r.typ == recChunk {
+			kinds += map[uint8]string{recDelta: "d", recChunk: "C"}[rc.r.typ]
+		}
+	}
+	if kinds != "C" {
+		t.Errorf("300 scattered bytes in one chunk: records %q, want one chunk record", kinds)
+	}
+	if b, err := os.ReadFile(m.Path("f")); err != nil || !bytes.Equal(b, want) {
+		t.Fatalf("after scattered writes: %v, first difference %d", err, firstDiff(b, want))
+	}
+	m.Unmount()
+	layer.CloseStack(fs)
+	fs2 := newStackAt(t, dir, "gzip", Options{})
+	if b, err := layer.ReadFile(ctx, fs2, "f"); err != nil || !bytes.Equal(b, want) {
+		t.Fatalf("after a remount: %v, first difference %d", err, firstDiff(b, want))
+	}
+	if rep, err := fs2.Check(ctx, "f", CheckOnly); err != nil || !rep.OK() {
+		t.Fatalf("fsck: %s, %v", rep.String(), err)
+	}
+}
