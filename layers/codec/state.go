@@ -1337,8 +1337,14 @@ func (s *state) punch(ctx context.Context, off, n int64) error {
 			e := min(in+int(k), len(d.buf))
 			clear(d.buf[in:e])
 			if e == len(d.buf) {
-				d.buf = d.buf[:in] // zeros at the end of a chunk need not be stored
-				d.clip(in)         // (shorter than the log's: encoded whole)
+				// Zeros at the end of a chunk need not be stored; but a
+				// chunk shorter than the log's cannot be deltas over it
+				// (the log's bytes past the end would come back).
+				d.buf = d.buf[:in]
+				if in < d.orig {
+					d.whole, d.ext = true, nil
+				}
+				d.clip(in)
 			} else {
 				d.change(in, e, nil)
 			}
