@@ -13,6 +13,7 @@ import (
 
 	"cairnfs.dev/cairn/internal/mounttest"
 	"cairnfs.dev/cairn/layer"
+	"cairnfs.dev/cairn/layers/local"
 )
 
 // logRecord is a record of a lower file, as the test reads it.
@@ -288,5 +289,60 @@ func TestWriteMiddleLimits(t *testing.T) {
 	}
 	if rep, err := fs2.Check(ctx, "f", CheckOnly); err != nil || !rep.OK() {
 		t.Fatalf("fsck: %s, %v", rep.String(), err)
+	}
+}
+
+// TestWarmReadKeepsPages: a file read once is read again from the kernel's
+// pages, not decoded again, across opens (layer.CapKeepCache): 4 KiB reads
+// at random offsets, each in an open of its own, reach the lower file not
+// once. Writes in the middle through the mount leave the pages right (the
+// kernel drops them when it sees the mtime change: the read after them is
+// a cold one).
+func TestWarmReadKeepsPages(t *testing.T) {
+	dir := t.TempDir()
+	l, err := local.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cnt := mounttest.CountIO(l)
+	fs, err := New(cnt, "zstd", Options{Level: levelOf("zstd"), FastTails: true, FoldDelay: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { layer.CloseStack(fs) })
+	m := mounttest.Mount(t, fs)
+	r := rand.New(rand.NewPCG(11, 12))
+	want := text(r, 4<<20)
+	if err := os.WriteFile(m.Path("f"), want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(m.Path("f")); err != nil || !bytes.Equal(b, want) {
+		t.Fatalf("first read: %v, first difference %d", err, firstDiff(b, want))
+	}
+	for i := range 8 {
+		w := bytes.ToUpper(text(r, 4096))
+		off := int64(i)<<19 + 1000
+		writeAtClose(t, m.Path("f"), map[int64][]byte{off: w})
+		copy(want[off:], w)
+	}
+	waitReleased(t, fs)
+	if b, err := os.ReadFile(m.Path("f")); err != nil || !bytes.Equal(b, want) {
+		t.Fatalf("read after writes in the middle: %v, first difference %d", err, firstDiff(b, want))
+	}
+	before := cnt.Reads.Load()
+	b := make([]byte, 4096)
+	for range 100 {
+		off := r.Int64N(int64(len(want)) - 4096)
+		f, err := os.Open(m.Path("f"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.ReadAt(b, off); err != nil || !bytes.Equal(b, want[off:off+4096]) {
+			t.Fatalf("read at %d: %v, first difference %d", off, err, firstDiff(b, want[off:off+4096]))
+		}
+		f.Close()
+	}
+	if n := cnt.Reads.Load() - before; n != 0 {
+		t.Errorf("100 warm 4 KiB reads, each in an open: %d reads of the lower file, want none", n)
 	}
 }
