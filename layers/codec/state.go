@@ -136,14 +136,12 @@ func (d *dirty) change(lo, hi int, p []byte) {
 		e.lo, e.hi = min(lo, d.ext[i].lo), max(hi, d.ext[j-1].hi)
 	}
 	if !d.loaded {
-		e.b = slices.Clone(p) // p is the caller's (a request's buffer)
-		if i < j {
-			e.b = make([]byte, e.hi-e.lo)
-			for _, x := range d.ext[i:j] {
-				copy(e.b[x.lo-e.lo:], x.b)
-			}
-			copy(e.b[lo-e.lo:], p)
+		// A copy: p is the caller's (a request's buffer).
+		e.b = make([]byte, e.hi-e.lo)
+		for _, x := range d.ext[i:j] {
+			copy(e.b[x.lo-e.lo:], x.b)
 		}
+		copy(e.b[lo-e.lo:], p)
 	}
 	d.ext = slices.Replace(d.ext, i, j, e)
 }
