@@ -122,6 +122,7 @@ func (s *state) fold(ctx context.Context) error {
 	// Writes in the middle leave deltas on any number of chunks: they are
 	// decoded and encoded a few at a time (as many as may be dirty), not
 	// all in memory at once.
+	opened := false
 	for len(cs) > 0 {
 		n := min(len(cs), s.maxDirty())
 		for _, c := range cs[:n] {
@@ -136,10 +137,18 @@ func (s *state) fold(ctx context.Context) error {
 			return err
 		}
 		cs = cs[n:]
+		if len(cs) > 0 && s.openedAgain() {
+			// The opener waits for s.mu: the rest is folded after
+			// its next close (a fold of a big file written all over
+			// takes a chunk's encoding per chunk), and so is the
+			// compaction.
+			opened = true
+			break
+		}
 	}
 	// A small file (a log under 1 MiB) is compacted as soon as most of it
 	// is dead, which the fold just made it; a larger one as usual.
-	if s.shouldCompact() || s.logEnd < s.fs.compactMin && s.logEnd-headerSize-s.live > s.live {
+	if !opened && (s.shouldCompact() || s.logEnd < s.fs.compactMin && s.logEnd-headerSize-s.live > s.live) {
 		if err := s.compact(ctx); err != nil {
 			return err
 		}
@@ -149,6 +158,14 @@ func (s *state) fold(ctx context.Context) error {
 	}
 	_, err = s.lower.Setattr(ctx, &layer.SetAttr{Valid: layer.SetAtime | layer.SetMtime, Atime: a.Atime, Mtime: a.Mtime})
 	return err
+}
+
+// openedAgain says whether a handle has opened the file since its fold
+// began (a fold after FoldDelay holds one reference of its own).
+func (s *state) openedAgain() bool {
+	s.fs.mu.Lock()
+	defer s.fs.mu.Unlock()
+	return s.refs > 1
 }
 
 func chunkHasDelta(ops []op) bool {

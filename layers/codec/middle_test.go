@@ -5,6 +5,7 @@ package codec
 import (
 	"bytes"
 	"context"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -437,5 +438,72 @@ func TestCrashPointsFold(t *testing.T) {
 			}
 			t.Logf("%d crash points in a fold that writes %d bytes", points, total)
 		})
+	}
+}
+
+// TestFoldYieldsToOpen: the fold of a file written all over (deltas on
+// every chunk) encodes a few chunks at a time, and stops when the file is
+// opened meanwhile, rather than keep the opener waiting for every chunk's
+// encoding; the rest is folded after the opener's close. The file reads
+// right throughout.
+func TestFoldYieldsToOpen(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	fs := newStackAt(t, dir, "zstd", Options{FastTails: true, FoldDelay: 50 * time.Millisecond})
+	cs := int64(1) << fs.e.shift
+	m := mounttest.Mount(t, fs)
+	r := rand.New(rand.NewPCG(13, 14))
+	want := text(r, int(12*cs))
+	if err := os.WriteFile(m.Path("f"), want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ws := map[int64][]byte{}
+	for c := range int64(12) {
+		w := bytes.ToUpper(text(r, 4096))
+		ws[c*cs+cs/2] = w
+		copy(want[c*cs+cs/2:], w)
+	}
+	writeAtClose(t, m.Path("f"), ws)
+	waitReleased(t, fs)
+	// The fold's own reference (as the timer takes it), then an open
+	// through the mount, then the fold.
+	st, err := fs.e.openState(ctx, "f", os.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(m.Path("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.mu.Lock()
+	err = st.fold(ctx)
+	folded, left := 0, 0
+	for _, ops := range st.chunks {
+		if chunkHasDelta(ops) {
+			left++
+		} else {
+			folded++
+		}
+	}
+	st.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := st.maxDirty(); folded != n || left != 12-n {
+		t.Errorf("fold with the file opened meanwhile: %d chunks folded, %d left with deltas; want %d and %d", folded, left, n, 12-n)
+	}
+	if b, err := io.ReadAll(f); err != nil || !bytes.Equal(b, want) {
+		t.Fatalf("read after a partial fold: %v, first difference %d", err, firstDiff(b, want))
+	}
+	f.Close()
+	fs.e.put(ctx, st)
+	for deadline := time.Now().Add(10 * time.Second); statesHaveDeltas(fs); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the rest not folded 10 s after the last close")
+		}
+	}
+	waitReleased(t, fs)
+	if b, err := os.ReadFile(m.Path("f")); err != nil || !bytes.Equal(b, want) {
+		t.Fatalf("after the fold: %v, first difference %d", err, firstDiff(b, want))
 	}
 }
