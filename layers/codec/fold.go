@@ -85,7 +85,8 @@ func (fs *Engine) foldEvicted(st *state) {
 	fs.foldState(ctx, st)
 	st.lower.Release(ctx)
 	fs.mu.Lock()
-	fs.evicting--
+	close(fs.evicting[st.ino])
+	delete(fs.evicting, st.ino)
 	fs.mu.Unlock()
 }
 

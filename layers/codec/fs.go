@@ -66,9 +66,12 @@ type Engine struct {
 	timers  map[*state]*time.Timer
 	folding sync.WaitGroup
 	foldSem chan struct{}
-	// evicting counts the folds of states let go of, which keep their
-	// lower file open until done: at most maxEvictedFolds.
-	evicting int
+	// evicting are the folds of states let go of, which keep their
+	// lower file open until done (at most maxEvictedFolds), by file: each
+	// channel is closed when its fold is done. An open of such a file
+	// waits for it (acquire): a state loaded beside the folding one would
+	// append records at the same log end.
+	evicting map[layer.ID]chan struct{}
 	closed   bool
 	// report is told of the files folded (layer.ChangeReporter).
 	report atomic.Pointer[func(layer.ID)]
@@ -150,7 +153,7 @@ func NewEngine(lower layer.FS, name string, o Options) (*Engine, error) {
 	}
 	return &Engine{Lower: lower, kind: k, codec: c, shift: uint8(bits.TrailingZeros64(uint64(o.ChunkSize))),
 		fastTails: o.FastTails, compactMin: o.CompactMin, foldDelay: o.FoldDelay, salt: o.salt, logger: o.Logger,
-		states: map[layer.ID]*state{}, timers: map[*state]*time.Timer{}, foldSem: make(chan struct{}, 2), plains: map[layer.ID]*plainSet{}}, nil
+		states: map[layer.ID]*state{}, timers: map[*state]*time.Timer{}, evicting: map[layer.ID]chan struct{}{}, foldSem: make(chan struct{}, 2), plains: map[layer.ID]*plainSet{}}, nil
 }
 
 // checkChunk and checkLevel are the options' checks, for New and for
@@ -239,6 +242,12 @@ func (fs *Engine) acquire(ctx context.Context, path string, lf layer.File, ro bo
 		return nil, nil, syscall.ESTALE
 	}
 	fs.mu.Lock()
+	for fs.evicting[id] != nil {
+		done := fs.evicting[id]
+		fs.mu.Unlock()
+		<-done
+		fs.mu.Lock()
+	}
 	if st := fs.states[id]; st != nil {
 		st.refs++
 		fs.unidle(st)
@@ -411,10 +420,10 @@ func (fs *Engine) put(ctx context.Context, st *state) error {
 			for _, old := range evict {
 				if t := fs.timers[old]; t != nil && t.Stop() {
 					delete(fs.timers, old)
-					if fs.evicting < maxEvictedFolds {
+					if len(fs.evicting) < maxEvictedFolds {
 						// Due for a fold: it is done now, in the
 						// background, and the file let go of after.
-						fs.evicting++
+						fs.evicting[old.ino] = make(chan struct{})
 						go fs.foldEvicted(old) // takes the timer's count in fs.folding
 						continue
 					}

@@ -5,6 +5,7 @@ package codec
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -505,5 +506,50 @@ func TestFoldYieldsToOpen(t *testing.T) {
 	waitReleased(t, fs)
 	if b, err := os.ReadFile(m.Path("f")); err != nil || !bytes.Equal(b, want) {
 		t.Fatalf("after the fold: %v, first difference %d", err, firstDiff(b, want))
+	}
+}
+
+// TestOpenDuringEvictedFold: a closed file with deltas that the engine lets
+// go of (more than maxIdle files closed since) is folded at once, in the
+// background; an open of it meanwhile waits for that fold rather than load
+// the file beside it (two states of one file would append at the same log
+// end). The file is written in the middle again at once, and reads right
+// after a remount; fsck finds it clean.
+func TestOpenDuringEvictedFold(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	fs := newStackAt(t, dir, "zstd", Options{FastTails: true, FoldDelay: time.Hour})
+	cs := int64(1) << fs.e.shift
+	m := mounttest.Mount(t, fs)
+	r := rand.New(rand.NewPCG(15, 16))
+	want := text(r, int(16*cs))
+	if err := os.WriteFile(m.Path("f"), want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ws := map[int64][]byte{}
+	for c := range int64(16) {
+		w := bytes.ToUpper(text(r, 4096))
+		ws[c*cs+cs/3] = w
+		copy(want[c*cs+cs/3:], w)
+	}
+	writeAtClose(t, m.Path("f"), ws) // deltas on 16 chunks: a fold of 16 encodings
+	waitReleased(t, fs)
+	for i := range maxIdle {
+		if err := os.WriteFile(m.Path(fmt.Sprintf("g%d", i)), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitReleased(t, fs) // f is let go of: its fold runs
+	w := bytes.Repeat([]byte("#"), 4096)
+	writeAtClose(t, m.Path("f"), map[int64][]byte{5*cs + 100: w})
+	copy(want[5*cs+100:], w)
+	m.Unmount()
+	layer.CloseStack(fs)
+	fresh := newStackAt(t, dir, "zstd", Options{FoldDelay: -1})
+	if b, err := layer.ReadFile(ctx, fresh, "f"); err != nil || !bytes.Equal(b, want) {
+		t.Fatalf("after a remount: %v, first difference %d", err, firstDiff(b, want))
+	}
+	if rep, err := fresh.Check(ctx, "f", CheckOnly); err != nil || !rep.OK() {
+		t.Fatalf("fsck: %s, %v", rep.String(), err)
 	}
 }
