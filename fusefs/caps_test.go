@@ -30,20 +30,20 @@ func capStacks() []capStack {
 	chainsOver := newChains
 	return []capStack{
 		{name: "chains, unguarded", build: func(t *testing.T, l layer.FS) layer.FS { return chainsOver(t, l) }, passthrough: true},
-		{name: "chains, guarded by copy", build: func(t *testing.T, l layer.FS) layer.FS { return chainsOver(t, l, "copy") }},
-		{name: "chains, guarded by zstd and copy", build: func(t *testing.T, l layer.FS) layer.FS { return chainsOver(t, l, "zstd", "copy") }},
+		{name: "chains, guarded by copy", build: func(t *testing.T, l layer.FS) layer.FS { return chainsOver(t, l, "copy") }, keep: true},
+		{name: "chains, guarded by zstd and copy", build: func(t *testing.T, l layer.FS) layer.FS { return chainsOver(t, l, "zstd", "copy") }, keep: true},
 		{name: "snoop over chains, unguarded", build: func(t *testing.T, l layer.FS) layer.FS { return snoopOver(t, chainsOver(t, l)) }, passthrough: true},
-		{name: "null over chains, guarded", build: func(t *testing.T, l layer.FS) layer.FS { return null.New(chainsOver(t, l, "copy")) }},
+		{name: "null over chains, guarded", build: func(t *testing.T, l layer.FS) layer.FS { return null.New(chainsOver(t, l, "copy")) }, keep: true},
 		{name: "chains over crypt, unguarded", build: func(t *testing.T, l layer.FS) layer.FS { return chainsOver(t, cryptOver(t, l)) }, keep: true},
-		{name: "chains over zstd, unguarded", build: func(t *testing.T, l layer.FS) layer.FS { return chainsOver(t, codecOver(t, l, "zstd")) }},
+		{name: "chains over zstd, unguarded", build: func(t *testing.T, l layer.FS) layer.FS { return chainsOver(t, codecOver(t, l, "zstd")) }, keep: true},
 		{name: "null", build: func(t *testing.T, l layer.FS) layer.FS { return null.New(l) }, passthrough: true},
 		{name: "snoop", build: snoopOver, passthrough: true},
 		{name: "acl", build: func(t *testing.T, l layer.FS) layer.FS { return aclOver(l) }, passthrough: true},
 		{name: "crypt", build: cryptOver, keep: true},
-		{name: "zstd", build: func(t *testing.T, l layer.FS) layer.FS { return codecOver(t, l, "zstd") }},
-		{name: "copy", build: func(t *testing.T, l layer.FS) layer.FS { return codecOver(t, l, "copy") }},
+		{name: "zstd", build: func(t *testing.T, l layer.FS) layer.FS { return codecOver(t, l, "zstd") }, keep: true},
+		{name: "copy", build: func(t *testing.T, l layer.FS) layer.FS { return codecOver(t, l, "copy") }, keep: true},
 		{name: "snoop over crypt", build: func(t *testing.T, l layer.FS) layer.FS { return snoopOver(t, cryptOver(t, l)) }, keep: true},
-		{name: "acl over zstd", build: func(t *testing.T, l layer.FS) layer.FS { return aclOver(codecOver(t, l, "zstd")) }},
+		{name: "acl over zstd", build: func(t *testing.T, l layer.FS) layer.FS { return aclOver(codecOver(t, l, "zstd")) }, keep: true},
 		{name: "null over mux", sub: "m", passthrough: true, build: func(t *testing.T, l layer.FS) layer.FS {
 			mx, err := mux.New([]layer.FS{l}, []string{"m"})
 			if err != nil {
@@ -65,8 +65,9 @@ func capStacks() []capStack {
 // they are safe, for each layer type and for pairs, counted by the reads
 // that reach the stack (a counter on top): a passed-through file's reads reach
 // none; a file whose bytes a layer changes is read through the stack; a
-// second open of an unchanged crypt file is served from the kernel's cache
-// (keep-cache), even under snoop and null, which once lost it.
+// second open of an unchanged crypt or codec file is served from the
+// kernel's cache (keep-cache), even under snoop and null, which once lost
+// it, and through chains.
 func TestCapabilitiesPerFile(t *testing.T) {
 	mounttest.Need(t)
 	data := make([]byte, 256<<10)

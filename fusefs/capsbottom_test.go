@@ -242,9 +242,9 @@ func TestWrappersForwardCaps(t *testing.T) {
 			return mx
 		}, 0, 0},
 		{"crypt", newCrypt, all, layer.CapKeepCache},
-		{"zstd", func(t *testing.T, l layer.FS) layer.FS { return newCodec(t, l, "zstd") }, all, 0},
+		{"zstd", func(t *testing.T, l layer.FS) layer.FS { return newCodec(t, l, "zstd") }, all, layer.CapKeepCache},
 		{"chains, unguarded", func(t *testing.T, l layer.FS) layer.FS { return newChains(t, l) }, 0, 0},
-		{"chains, guarded", func(t *testing.T, l layer.FS) layer.FS { return newChains(t, l, "copy", "zstd") }, all, 0},
+		{"chains, guarded", func(t *testing.T, l layer.FS) layer.FS { return newChains(t, l, "copy", "zstd") }, all, layer.CapKeepCache},
 	}
 	for _, w := range wrappers {
 		for _, lower := range []layer.Caps{0, layer.CapPassthrough, layer.CapKeepCache, layer.CapDirectIO, all} {

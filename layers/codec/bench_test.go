@@ -158,6 +158,66 @@ func BenchmarkWriteMiddle(b *testing.B) {
 	}
 }
 
+// BenchmarkReadMiddle: one iteration is open, a 4 KiB read at a random
+// offset, close, in files of 64 MiB and 1 GiB of text (CAIRN_BENCH_SIZES as
+// above) that were read whole once since the mount (warm), or not (each
+// read decodes its chunk, unless an earlier one did).
+func BenchmarkReadMiddle(b *testing.B) {
+	sizes := []int{64, 1024}
+	if s := os.Getenv("CAIRN_BENCH_SIZES"); s != "" {
+		sizes = nil
+		for _, f := range splitComma(s) {
+			n, _ := strconv.Atoi(f)
+			sizes = append(sizes, n)
+		}
+	}
+	for _, name := range []string{"copy", "gzip", "zstd", "lz4"} {
+		for _, mib := range sizes {
+			for _, warm := range []bool{true, false} {
+				b.Run(fmt.Sprintf("%s/%dMiB/warm=%v", name, mib, warm), func(b *testing.B) {
+					_, fs := newStack(b, name, Options{FastTails: true})
+					m := mounttest.Mount(b, fs)
+					p := filepath.Join(m.Dir, "big")
+					r := rand.New(rand.NewPCG(2, 2))
+					block := text(r, 1<<20)
+					f, err := os.Create(p)
+					if err != nil {
+						b.Fatal(err)
+					}
+					for i := 0; i < mib; i++ {
+						block[r.IntN(len(block))]++
+						if _, err := f.Write(block); err != nil {
+							b.Fatal(err)
+						}
+					}
+					f.Close()
+					// A new mount: the kernel has none of the pages written.
+					m.Unmount()
+					m = mounttest.Mount(b, fs)
+					p = filepath.Join(m.Dir, "big")
+					if warm {
+						if _, err := os.ReadFile(p); err != nil {
+							b.Fatal(err)
+						}
+					}
+					buf := make([]byte, 4096)
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						f, err := os.Open(p)
+						if err != nil {
+							b.Fatal(err)
+						}
+						if _, err := f.ReadAt(buf, r.Int64N(int64(mib)<<20-4096)); err != nil {
+							b.Fatal(err)
+						}
+						f.Close()
+					}
+				})
+			}
+		}
+	}
+}
+
 // BenchmarkCopy: one iteration copies a 32 MiB text file into the mount
 // (write and close).
 func BenchmarkCopy(b *testing.B) {

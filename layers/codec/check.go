@@ -338,7 +338,7 @@ func (fs *FS) Check(ctx context.Context, path string, mode Mode) (Report, error)
 			// gone, so that a later rebuild from the log does not bring
 			// its old records back.
 			use.clock++
-			use.dirty[c] = &dirty{buf: make([]byte, 0), orig: int(use.cs), used: use.clock}
+			use.dirty[c] = &dirty{buf: make([]byte, 0), loaded: true, whole: true, used: use.clock}
 			delete(use.cache, c)
 		}
 		if err := use.flushDirty(ctx); err != nil {

@@ -5,9 +5,10 @@
 // A file is stored as independently decodable chunks in a log of
 // self-describing records (docs/codec-format.md): a read decodes only the
 // chunks it touches, a write appends new records for the chunks it changes
-// (its cost does not grow with the file), small appends are kept unencoded
-// until their chunk fills (fast tails), and a lost index is rebuilt from the
-// records. The engine is a layer.Transform (Engine): a codec layer is the
+// (its cost does not grow with the file), small appends and small writes
+// into stored chunks are kept unencoded as deltas over their chunk, within
+// limits, until the file is left alone (fast tails, folded at rest), and a
+// lost index is rebuilt from the records. The engine is a layer.Transform (Engine): a codec layer is the
 // engine applied to every file (layer.Transformed), and a chain can apply
 // it to one file.
 package codec

@@ -8,9 +8,11 @@ import (
 )
 
 // Folding at rest. Fast tails make an append cheap: the new bytes go to
-// the log unencoded (a delta record), until their chunk fills. A file that
-// is appended to and then left alone (a log, a file written in several
-// opens) would keep them unencoded for good. So once a file with deltas
+// the log unencoded (a delta record), until their chunk fills; a write in
+// the middle of a chunk the log holds is a delta too (see deltaable). A
+// file that is appended to or written in the middle and then left alone
+// (a log, a file written in several opens) would keep them unencoded for
+// good. So once a file with deltas
 // has had no handle open for FoldDelay, its chunks with deltas are encoded
 // again whole and the file compacted, in the background: the deltas and
 // the records they amended give their space back. Its times are kept (the
@@ -19,7 +21,7 @@ import (
 // in the background, and let go of after. At most two folds run at a
 // time; an unmount waits for those under way and makes those that are due.
 
-// hasDeltas reports whether a chunk carries fast-tail deltas; s.mu is held.
+// hasDeltas reports whether a chunk carries deltas; s.mu is held.
 func (s *state) hasDeltas() bool {
 	for _, ops := range s.chunks {
 		if chunkHasDelta(ops) {
@@ -83,7 +85,8 @@ func (fs *Engine) foldEvicted(st *state) {
 	fs.foldState(ctx, st)
 	st.lower.Release(ctx)
 	fs.mu.Lock()
-	fs.evicting--
+	close(fs.evicting[st.ino])
+	delete(fs.evicting, st.ino)
 	fs.mu.Unlock()
 }
 
@@ -113,24 +116,40 @@ func (s *state) fold(ctx context.Context) error {
 	}
 	var cs []int64
 	for _, c := range s.order() {
-		if !chunkHasDelta(s.chunks[c]) {
-			continue
+		if chunkHasDelta(s.chunks[c]) {
+			cs = append(cs, c)
 		}
-		b, err := s.content(ctx, c)
-		if err != nil {
+	}
+	// Writes in the middle leave deltas on any number of chunks: they are
+	// decoded and encoded a few at a time (as many as may be dirty), not
+	// all in memory at once.
+	opened := false
+	for len(cs) > 0 {
+		n := min(len(cs), s.maxDirty())
+		for _, c := range cs[:n] {
+			b, err := s.content(ctx, c)
+			if err != nil {
+				return err
+			}
+			delete(s.cache, c)
+			s.dirty[c] = &dirty{buf: b, loaded: true, whole: true, orig: len(b)}
+		}
+		if err := s.persist(ctx, cs[:n]); err != nil {
 			return err
 		}
-		delete(s.cache, c)
-		// stored 0: persist encodes it whole (no delta of it).
-		s.dirty[c] = &dirty{buf: b, stored: 0, orig: len(b)}
-		cs = append(cs, c)
-	}
-	if err := s.persist(ctx, cs); err != nil {
-		return err
+		cs = cs[n:]
+		if len(cs) > 0 && s.openedAgain() {
+			// The opener waits for s.mu: the rest is folded after
+			// its next close (a fold of a big file written all over
+			// takes a chunk's encoding per chunk), and so is the
+			// compaction.
+			opened = true
+			break
+		}
 	}
 	// A small file (a log under 1 MiB) is compacted as soon as most of it
 	// is dead, which the fold just made it; a larger one as usual.
-	if s.shouldCompact() || s.logEnd < s.fs.compactMin && s.logEnd-headerSize-s.live > s.live {
+	if !opened && (s.shouldCompact() || s.logEnd < s.fs.compactMin && s.logEnd-headerSize-s.live > s.live) {
 		if err := s.compact(ctx); err != nil {
 			return err
 		}
@@ -140,6 +159,14 @@ func (s *state) fold(ctx context.Context) error {
 	}
 	_, err = s.lower.Setattr(ctx, &layer.SetAttr{Valid: layer.SetAtime | layer.SetMtime, Atime: a.Atime, Mtime: a.Mtime})
 	return err
+}
+
+// openedAgain says whether a handle has opened the file since its fold
+// began (a fold after FoldDelay holds one reference of its own).
+func (s *state) openedAgain() bool {
+	s.fs.mu.Lock()
+	defer s.fs.mu.Unlock()
+	return s.refs > 1
 }
 
 func chunkHasDelta(ops []op) bool {

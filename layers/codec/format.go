@@ -35,7 +35,7 @@ func crc(b []byte) uint32 { return crc32.Checksum(b, crcTable) }
 // Record types.
 const (
 	recChunk = 1 // a whole chunk: payload is its encoding
-	recDelta = 2 // raw bytes at in-chunk offset aux, over the chunk's content (fast tails)
+	recDelta = 2 // raw bytes at in-chunk offset aux, over the chunk's content (appends, writes in the middle)
 	recSize  = 3 // the logical size is arg; with flagReset, everything older is dead
 	recIndex = 4 // a checkpoint: the live records as of gen, and the size (arg)
 )

@@ -22,11 +22,11 @@ import (
 type Options struct {
 	Level     int   // codec level (gzip, zstd, lz4)
 	ChunkSize int64 // a power of two from 4 KiB to 1 MiB (default DefaultChunkSize)
-	FastTails bool  // keep small appends unencoded until their chunk fills
+	FastTails bool  // keep small appends and writes into stored chunks unencoded (deltas), within limits
 	// CompactMin is the dead space a file may hold before compaction is
 	// considered (default 1 MiB); compaction also needs dead > live.
 	CompactMin int64
-	// FoldDelay is how long a closed file with fast tails stays as it is
+	// FoldDelay is how long a closed file with deltas stays as it is
 	// before they are folded into encoded chunks and the file compacted
 	// (default 2 s; negative: never). See Engine.fold.
 	FoldDelay time.Duration
@@ -66,9 +66,12 @@ type Engine struct {
 	timers  map[*state]*time.Timer
 	folding sync.WaitGroup
 	foldSem chan struct{}
-	// evicting counts the folds of states let go of, which keep their
-	// lower file open until done: at most maxEvictedFolds.
-	evicting int
+	// evicting are the folds of states let go of, which keep their
+	// lower file open until done (at most maxEvictedFolds), by file: each
+	// channel is closed when its fold is done. An open of such a file
+	// waits for it (acquire): a state loaded beside the folding one would
+	// append records at the same log end.
+	evicting map[layer.ID]chan struct{}
 	closed   bool
 	// report is told of the files folded (layer.ChangeReporter).
 	report atomic.Pointer[func(layer.ID)]
@@ -157,7 +160,7 @@ func NewEngine(lower layer.FS, name string, o Options) (*Engine, error) {
 	}
 	return &Engine{Lower: lower, kind: k, codec: c, shift: uint8(bits.TrailingZeros64(uint64(o.ChunkSize))),
 		fastTails: o.FastTails, compactMin: o.CompactMin, foldDelay: o.FoldDelay, salt: o.salt, logger: o.Logger,
-		states: map[layer.ID]*state{}, timers: map[*state]*time.Timer{}, foldSem: make(chan struct{}, 2), plains: map[layer.ID]*plainSet{}}, nil
+		states: map[layer.ID]*state{}, timers: map[*state]*time.Timer{}, evicting: map[layer.ID]chan struct{}{}, foldSem: make(chan struct{}, 2), plains: map[layer.ID]*plainSet{}}, nil
 }
 
 // checkChunk and checkLevel are the options' checks, for New and for
@@ -191,9 +194,9 @@ func Register(k *Kind) {
 			Help:  "size of the independently encoded chunks of new files: a power of two from 4KiB to 1MiB",
 			Check: func(v any) error { n, _ := v.(int64); return checkChunk(n) }},
 		{Name: "fast_tails", Kind: registry.Bool, Default: true,
-			Help: "keep small appends unencoded until their chunk fills, or until the file has been closed for fold_delay"},
+			Help: "keep small appends, and small writes into chunks already stored, unencoded (delta records) until their chunk fills or carries a chunk's worth of them, or until the file has been closed for fold_delay"},
 		{Name: "fold_delay", Kind: registry.Duration, Default: "2s",
-			Help: "how long a closed file's fast tails stay unencoded before they are folded (encoded, the file compacted); 0: never",
+			Help: "how long a closed file's fast tails and other deltas stay unencoded before they are folded (encoded, the file compacted); 0: never",
 			Check: func(v any) error {
 				if d, _ := v.(time.Duration); d < 0 {
 					return fmt.Errorf("must not be negative")
@@ -246,6 +249,12 @@ func (fs *Engine) acquire(ctx context.Context, path string, lf layer.File, ro bo
 		return nil, nil, syscall.ESTALE
 	}
 	fs.mu.Lock()
+	for fs.evicting[id] != nil {
+		done := fs.evicting[id]
+		fs.mu.Unlock()
+		<-done
+		fs.mu.Lock()
+	}
 	if st := fs.states[id]; st != nil {
 		st.refs++
 		fs.unidle(st)
@@ -418,10 +427,10 @@ func (fs *Engine) put(ctx context.Context, st *state) error {
 			for _, old := range evict {
 				if t := fs.timers[old]; t != nil && t.Stop() {
 					delete(fs.timers, old)
-					if fs.evicting < maxEvictedFolds {
+					if len(fs.evicting) < maxEvictedFolds {
 						// Due for a fold: it is done now, in the
 						// background, and the file let go of after.
-						fs.evicting++
+						fs.evicting[old.ino] = make(chan struct{})
 						go fs.foldEvicted(old) // takes the timer's count in fs.folding
 						continue
 					}

@@ -92,11 +92,74 @@ type stamp struct {
 
 func stampOf(a *layer.Attr) stamp { return stamp{a.Size, a.Mtime, a.Ctime} }
 
+// dirty is a chunk changed in memory and not yet written.
 type dirty struct {
+	// buf is the chunk's content, when loaded. A write into a chunk that
+	// the log holds and that is neither dirty nor decoded does not decode
+	// it (a 1 MiB zstd chunk costs milliseconds each way): the chunk is
+	// then not loaded, buf is nil, and its content is the log's with the
+	// bytes of ext written over it, until something reads it (loadDirty).
 	buf    []byte
-	stored int // buf[:stored] is what the log holds: a delta may start here
-	orig   int // the length of the chunk in the log: a delta cannot shorten it
-	used   uint64
+	loaded bool
+	// ext are the byte ranges changed since the log's content, sorted,
+	// apart and not touching: each may be written as a delta record
+	// (deltaable). Over a chunk not loaded they carry their bytes; over a
+	// loaded one the bytes are in buf.
+	ext []extent
+	// whole: the chunk must be written as a chunk record (it has no
+	// content in the log to amend, or too many changes to track).
+	whole bool
+	orig  int // the length of the chunk in the log (loaded): a delta cannot shorten it
+	used  uint64
+}
+
+// extent is a changed range [lo, hi) of a dirty chunk, with its bytes when
+// the chunk is not loaded.
+type extent struct {
+	lo, hi int
+	b      []byte
+}
+
+// change notes that [lo, hi) of d changed; p are its bytes (kept when d is
+// not loaded). Ranges that overlap or touch are merged.
+func (d *dirty) change(lo, hi int, p []byte) {
+	if d.whole {
+		return
+	}
+	i := sort.Search(len(d.ext), func(i int) bool { return d.ext[i].hi >= lo })
+	j := i
+	for j < len(d.ext) && d.ext[j].lo <= hi {
+		j++
+	}
+	e := extent{lo: lo, hi: hi}
+	if i < j {
+		e.lo, e.hi = min(lo, d.ext[i].lo), max(hi, d.ext[j-1].hi)
+	}
+	if !d.loaded {
+		// A copy: p is the caller's (a request's buffer).
+		e.b = make([]byte, e.hi-e.lo)
+		for _, x := range d.ext[i:j] {
+			copy(e.b[x.lo-e.lo:], x.b)
+		}
+		copy(e.b[lo-e.lo:], p)
+	}
+	d.ext = slices.Replace(d.ext, i, j, e)
+}
+
+// clip drops what d's changed ranges hold at or past n (a truncation).
+func (d *dirty) clip(n int) {
+	for i := len(d.ext) - 1; i >= 0; i-- {
+		e := &d.ext[i]
+		switch {
+		case e.lo >= n:
+			d.ext = d.ext[:i]
+		case e.hi > n:
+			e.hi = n
+			if e.b != nil {
+				e.b = e.b[:n-e.lo]
+			}
+		}
+	}
 }
 
 const (
@@ -707,6 +770,9 @@ func writeInto(buf []byte, off int, p []byte) []byte {
 // content returns chunk c's current content (not to be modified).
 func (s *state) content(ctx context.Context, c int64) ([]byte, error) {
 	if d := s.dirty[c]; d != nil {
+		if err := s.loadDirty(ctx, c, d); err != nil {
+			return nil, err
+		}
 		return d.buf, nil
 	}
 	if b, ok := s.cache[c]; ok {
@@ -723,10 +789,70 @@ func (s *state) content(ctx context.Context, c int64) ([]byte, error) {
 	return b, nil
 }
 
-// maxDeltas is the number of fast-tail deltas a chunk may carry before it
-// is encoded whole: 256, and one per KiB of larger chunks, so that the
+// loadDirty decodes dirty chunk c, if it is not loaded, and writes its changes
+// over it.
+func (s *state) loadDirty(ctx context.Context, c int64, d *dirty) error {
+	if d.loaded {
+		return nil
+	}
+	var b []byte
+	if len(d.ext) == 1 && d.ext[0].lo == 0 && int64(d.ext[0].hi) == s.cs {
+		// Written over whole: nothing of the log's content is left.
+		b, d.whole = d.ext[0].b, true
+	} else {
+		var err error
+		if b, err = s.decodeChunk(ctx, c); err != nil {
+			return err
+		}
+		if b == nil {
+			b = make([]byte, 0, s.cs)
+		}
+		d.orig = len(b)
+		for _, e := range d.ext {
+			b = writeInto(b, e.lo, e.b)
+		}
+	}
+	for i := range d.ext {
+		d.ext[i].b = nil
+	}
+	d.buf, d.loaded = b, true
+	return nil
+}
+
+// maxDeltas is the number of deltas a chunk may carry before it is
+// encoded whole: 256, and one per KiB of larger chunks, so that the
 // encoding of a big chunk is spread over as many appends.
 func (s *state) maxDeltas() int { return int(max(256, s.cs>>10)) }
+
+// deltaable says whether dirty chunk c may be written as delta records,
+// one per changed range, over its content in the log, rather than encoded
+// whole: with fast tails, over a chunk that has content in the log, and
+// while the chunk's deltas stay within maxDeltas, each under half a chunk
+// and all together within a chunk's bytes (reading the chunk applies them
+// all). An append that fills the chunk encodes it (fast tails).
+func (s *state) deltaable(c int64, d *dirty) bool {
+	ops, stored := s.chunks[c]
+	if !s.fs.fastTails || d.whole || !stored || len(d.ext) == 0 {
+		return false
+	}
+	if d.loaded && (d.orig == 0 || len(d.buf) < d.orig || len(d.buf) > d.orig && int64(len(d.buf)) >= s.cs) {
+		return false
+	}
+	n, bytes := len(d.ext), 0
+	for _, e := range d.ext {
+		if int64(e.hi-e.lo) >= s.cs/2 {
+			return false
+		}
+		bytes += e.hi - e.lo
+	}
+	for _, o := range ops {
+		if o.kind == opDelta {
+			n++
+			bytes += int(o.rlen) - recHdrSize
+		}
+	}
+	return n <= s.maxDeltas() && int64(bytes) <= s.cs
+}
 
 // maxDirty is the number of dirty chunks a file may hold.
 func (s *state) maxDirty() int { return max(4, int(maxDirtyBytes/s.cs)) }
@@ -770,26 +896,40 @@ func (s *state) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 
 // ---- writing -------------------------------------------------------------
 
-// dirtyChunk returns chunk c for changing.
-func (s *state) dirtyChunk(ctx context.Context, c int64) (*dirty, error) {
+// dirtyChunk returns chunk c for changing; with load, its content is in
+// buf. Without, a chunk the log holds and that is not decoded is not
+// decoded now (see dirty).
+func (s *state) dirtyChunk(ctx context.Context, c int64, load bool) (*dirty, error) {
 	s.clock++
-	if d := s.dirty[c]; d != nil {
-		d.used = s.clock
-		return d, nil
+	d := s.dirty[c]
+	if d == nil {
+		_, stored := s.chunks[c]
+		_, cached := s.cache[c]
+		if stored && !cached && !load && s.fs.fastTails {
+			d = &dirty{}
+		} else {
+			b, err := s.content(ctx, c)
+			if err != nil {
+				return nil, err
+			}
+			// The decoded chunk becomes the dirty one: cached chunks
+			// are owned by the state (readers copy out of them), so it
+			// moves without a copy, which matters to appends (a copy of
+			// a whole chunk each time).
+			delete(s.cache, c)
+			if b == nil {
+				b = make([]byte, 0, s.cs)
+			}
+			d = &dirty{buf: b, loaded: true, orig: len(b), whole: !stored}
+		}
+		s.dirty[c] = d
 	}
-	b, err := s.content(ctx, c)
-	if err != nil {
-		return nil, err
+	d.used = s.clock
+	if load {
+		if err := s.loadDirty(ctx, c, d); err != nil {
+			return nil, err
+		}
 	}
-	// The decoded chunk becomes the dirty one: cached chunks are owned by
-	// the state (readers copy out of them), so it moves without a copy,
-	// which matters to appends (a copy of a whole chunk each time).
-	delete(s.cache, c)
-	if b == nil {
-		b = make([]byte, 0, s.cs)
-	}
-	d := &dirty{buf: b, stored: len(b), orig: len(b), used: s.clock}
-	s.dirty[c] = d
 	return d, nil
 }
 
@@ -806,12 +946,21 @@ func (s *state) writeAt(ctx context.Context, p []byte, off int64) (int, error) {
 		pos := off + int64(done)
 		c, in := pos/s.cs, int(pos%s.cs)
 		k := min(len(p)-done, int(s.cs)-in)
-		d, err := s.dirtyChunk(ctx, c)
+		d, err := s.dirtyChunk(ctx, c, false)
 		if err != nil {
 			return done, err
 		}
-		d.buf = writeInto(d.buf, in, p[done:done+k])
-		d.stored = min(d.stored, in)
+		if !d.whole && len(d.ext) >= s.maxDeltas() {
+			// Too scattered for deltas: the chunk is encoded whole.
+			if err := s.loadDirty(ctx, c, d); err != nil {
+				return done, err
+			}
+			d.whole, d.ext = true, nil
+		}
+		if d.loaded {
+			d.buf = writeInto(d.buf, in, p[done:done+k])
+		}
+		d.change(in, in+k, p[done:done+k])
 		done += k
 		s.size = max(s.size, pos+int64(k))
 	}
@@ -883,38 +1032,40 @@ func (s *state) persist(ctx context.Context, cs []int64) error {
 		off int64
 	}
 	var done []placed
-	last := (s.size - 1) / s.cs
-	// Which chunks are fast tails, and the encodings of the others, made
-	// in parallel (a flush of many chunks uses every core).
+	// Which chunks are written as deltas, and the encodings of the
+	// others, made in parallel (a flush of many chunks uses every core).
 	delta := make([]bool, len(cs))
 	encs := make([][]byte, len(cs))
 	errs := make([]error, len(cs))
+	for i, c := range cs {
+		d := s.dirty[c]
+		// The chunk may reach past the end after a truncation.
+		lim := max(s.size-c*s.cs, 0)
+		if d.loaded && int64(len(d.buf)) > lim {
+			d.buf = d.buf[:lim]
+			d.orig = min(d.orig, len(d.buf))
+		}
+		if d.loaded {
+			d.clip(len(d.buf))
+		} else {
+			d.clip(int(min(lim, s.cs)))
+		}
+		// A chunk written from nothing (a file written and closed, as
+		// cp and tar write them) is encoded at once, so that what is at
+		// rest is compressed; a change to a chunk the log holds (an
+		// append, a write in the middle) is written as deltas, until
+		// the chunk carries too many (deltaable), then encoded whole.
+		if delta[i] = s.deltaable(c, d); !delta[i] {
+			if err := s.loadDirty(ctx, c, d); err != nil {
+				return err
+			}
+		}
+	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
 	for i, c := range cs {
 		d := s.dirty[c]
-		// The chunk may reach past the end after a truncation.
-		if lim := s.size - c*s.cs; int64(len(d.buf)) > lim {
-			d.buf = d.buf[:max(lim, 0)]
-			d.stored = min(d.stored, len(d.buf))
-			d.orig = min(d.orig, len(d.buf))
-		}
-		nd := 0
-		for _, o := range s.chunks[c] {
-			if o.kind == opDelta {
-				nd++
-			}
-		}
-		// A fast tail is an append to a chunk that has stored bytes
-		// already: the bytes of a chunk written from nothing (a file
-		// written and closed, as cp and tar write them) are encoded at
-		// once, so that what is at rest is compressed.
-		if s.fs.fastTails && c == last && int64(len(d.buf)) < s.cs && d.stored > 0 && d.stored < len(d.buf) && len(d.buf) >= d.orig &&
-			nd < s.maxDeltas() && len(d.buf)-d.stored < int(s.cs)/2 {
-			delta[i] = true
-			continue
-		}
-		if len(d.buf) == 0 {
+		if delta[i] || len(d.buf) == 0 {
 			continue
 		}
 		if len(cs) == 1 {
@@ -936,25 +1087,33 @@ func (s *state) persist(ctx context.Context, cs []int64) error {
 		}
 	}
 	gen0 := s.nextGen
-	for i, c := range cs {
-		d := s.dirty[c]
-		r := rec{codec: s.fs.kind.ID, shift: s.shift, salt: s.salt, gen: s.nextGen, arg: uint64(c)}
+	add := func(r rec, payload []byte) {
+		r.shift, r.salt, r.gen = s.shift, s.salt, s.nextGen
 		s.nextGen++
 		off := s.logEnd + int64(len(out))
-		if delta[i] {
-			// Fast tail: the new bytes, unencoded.
-			r.typ, r.aux, r.decLen, r.codec = recDelta, uint32(d.stored), uint32(len(d.buf)-d.stored), 0
-			out = appendRecord(out, r, d.buf[d.stored:])
-		} else {
-			r.typ, r.decLen = recChunk, uint32(len(d.buf))
-			enc := encs[i]
-			if s.fs.kind.Shrinks && len(enc) >= len(d.buf) {
-				enc, r.flags = d.buf, flagRaw
-			}
-			out = appendRecord(out, r, enc)
-		}
+		out = appendRecord(out, r, payload)
 		r.encLen = uint32(s.logEnd + int64(len(out)) - off - recHdrSize)
-		done = append(done, placed{c, r, off})
+		done = append(done, placed{int64(r.arg), r, off})
+	}
+	for i, c := range cs {
+		d := s.dirty[c]
+		if delta[i] {
+			// The changed bytes, unencoded, over the chunk's content.
+			for _, e := range d.ext {
+				b := e.b
+				if d.loaded {
+					b = d.buf[e.lo:e.hi]
+				}
+				add(rec{typ: recDelta, arg: uint64(c), aux: uint32(e.lo), decLen: uint32(e.hi - e.lo)}, b)
+			}
+			continue
+		}
+		r := rec{typ: recChunk, codec: s.fs.kind.ID, arg: uint64(c), decLen: uint32(len(d.buf))}
+		enc := encs[i]
+		if s.fs.kind.Shrinks && len(enc) >= len(d.buf) {
+			enc, r.flags = d.buf, flagRaw
+		}
+		add(r, enc)
 	}
 	if err := s.appendLower(ctx, out, true); err != nil {
 		s.nextGen = gen0
@@ -964,10 +1123,12 @@ func (s *state) persist(ctx context.Context, cs []int64) error {
 	s.hdrStale = true
 	for _, p := range done {
 		s.applyLive(p.r, p.off)
-		d := s.dirty[p.c]
-		delete(s.dirty, p.c)
-		if len(d.buf) > 0 {
-			s.remember(p.c, d.buf)
+	}
+	for _, c := range cs {
+		d := s.dirty[c]
+		delete(s.dirty, c)
+		if d.loaded && len(d.buf) > 0 {
+			s.remember(c, d.buf)
 		}
 	}
 	s.ckptRecs += len(done)
@@ -1128,9 +1289,11 @@ func (s *state) truncate(ctx context.Context, n int64) error {
 		c := n / s.cs
 		lim := int(n % s.cs)
 		if d := s.dirty[c]; d != nil {
-			d.buf = d.buf[:min(len(d.buf), lim)]
-			d.stored = min(d.stored, lim)
-			d.orig = min(d.orig, lim)
+			if d.loaded {
+				d.buf = d.buf[:min(len(d.buf), lim)]
+				d.orig = min(d.orig, lim)
+			}
+			d.clip(lim) // the size record clips the log's content alike
 		}
 		if b, ok := s.cache[c]; ok && len(b) > lim {
 			s.cache[c] = b[:lim]
@@ -1160,11 +1323,11 @@ func (s *state) punch(ctx context.Context, off, n int64) error {
 			// The whole chunk: no need to decode it.
 			delete(s.cache, c)
 			s.clock++
-			s.dirty[c] = &dirty{buf: make([]byte, 0, s.cs), orig: int(s.cs), used: s.clock}
+			s.dirty[c] = &dirty{buf: make([]byte, 0, s.cs), loaded: true, whole: true, used: s.clock}
 			off += k
 			continue
 		}
-		d, err := s.dirtyChunk(ctx, c)
+		d, err := s.dirtyChunk(ctx, c, true)
 		if err != nil {
 			return err
 		}
@@ -1172,9 +1335,17 @@ func (s *state) punch(ctx context.Context, off, n int64) error {
 			e := min(in+int(k), len(d.buf))
 			clear(d.buf[in:e])
 			if e == len(d.buf) {
-				d.buf = d.buf[:in] // zeros at the end of a chunk need not be stored
+				// Zeros at the end of a chunk need not be stored; but a
+				// chunk shorter than the log's cannot be deltas over it
+				// (the log's bytes past the end would come back).
+				d.buf = d.buf[:in]
+				if in < d.orig {
+					d.whole, d.ext = true, nil
+				}
+				d.clip(in)
+			} else {
+				d.change(in, e, nil)
 			}
-			d.stored = min(d.stored, in)
 		}
 		off += k
 	}
