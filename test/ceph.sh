@@ -144,9 +144,10 @@ up() {
 		-o "$D/mds.a.keyring"
 	ns ceph-mds -c "$D/ceph.conf" -i a > /dev/null || die "ceph-mds did not start (see $D/log/mds.a.log)"
 
-	cph osd pool create cephfs_metadata 8 > /dev/null 2>&1
-	cph osd pool create cephfs_data 16 > /dev/null 2>&1
-	cph fs new cephfs cephfs_metadata cephfs_data > /dev/null 2>&1
+	local out
+	out=$(cph osd pool create cephfs_metadata 8 2>&1) || die "pool create cephfs_metadata: $out"
+	out=$(cph osd pool create cephfs_data 16 2>&1) || die "pool create cephfs_data: $out"
+	out=$(cph fs new cephfs cephfs_metadata cephfs_data 2>&1) || die "fs new: $out"
 	# The file system is usable once its MDS is active, which needs the OSD
 	# up and the pools' placement groups active.
 	waitfor 600 fsactive || die "the MDS did not become active: $(cph -s 2>&1)"
@@ -210,7 +211,7 @@ status() {
 # stopdaemons stops daemons by their pid files: SIGTERM to all of them at
 # once (an MDS takes seconds to stop), then SIGKILL after 10 s.
 stopdaemons() {
-	local n f ps=
+	local n f p ps=
 	for n in "$@"; do
 		f=$D/run/$n.pid
 		[ -s "$f" ] || continue
