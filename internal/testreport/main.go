@@ -4,7 +4,11 @@
 // the number of tests that passed, failed and were skipped. test.sh uses it.
 //
 // It exits with 1 when a test or a package failed, and with 1 when a test
-// was skipped and the environment has CAIRN_FAIL_ON_SKIP=1 (CI).
+// was skipped and the environment has CAIRN_FAIL_ON_SKIP=1 (CI). A test that
+// a long job runs (its skip message begins with LongJob, e.g. the CephFS
+// suites: "long job: ... run them with ./test.sh --ceph") is listed and
+// counted apart, and is no skip for CAIRN_FAIL_ON_SKIP: the default run
+// leaves it to the long job on purpose.
 package main
 
 import (
@@ -15,6 +19,9 @@ import (
 	"sort"
 	"strings"
 )
+
+// LongJob begins the skip message of a test that a long job runs.
+const LongJob = "long job: "
 
 type event struct {
 	Action  string
@@ -33,7 +40,7 @@ func main() {
 
 func report(in *bufio.Reader, w *bufio.Writer, failOnSkip bool) int {
 	outputs := map[string][]string{} // package + "\x00" + test -> output lines
-	var skipped []string
+	var skipped, long []string
 	passed, failed := 0, 0
 	pkgFailed := false
 	s := bufio.NewScanner(in)
@@ -57,8 +64,10 @@ func report(in *bufio.Reader, w *bufio.Writer, failOnSkip bool) int {
 			}
 			delete(outputs, key)
 		case "skip":
-			if e.Test != "" {
-				skipped = append(skipped, fmt.Sprintf("%s %s: %s", e.Package, e.Test, reason(outputs[key])))
+			if r := reason(outputs[key]); e.Test != "" && strings.Contains(r, LongJob) {
+				long = append(long, fmt.Sprintf("%s %s: %s", e.Package, e.Test, r))
+			} else if e.Test != "" {
+				skipped = append(skipped, fmt.Sprintf("%s %s: %s", e.Package, e.Test, r))
 			} else {
 				fmt.Fprintf(w, "?   \t%s\t[no test files]\n", e.Package)
 			}
@@ -82,6 +91,10 @@ func report(in *bufio.Reader, w *bufio.Writer, failOnSkip bool) int {
 		}
 		w.Flush()
 	}
+	sort.Strings(long)
+	for _, l := range long {
+		fmt.Fprintln(w, "LONG", l)
+	}
 	sort.Strings(skipped)
 	for _, l := range skipped {
 		fmt.Fprintln(w, "SKIP", l)
@@ -91,6 +104,9 @@ func report(in *bufio.Reader, w *bufio.Writer, failOnSkip bool) int {
 		code = 1
 	}
 	last := fmt.Sprintf("tests: %d passed, %d failed, %d skipped", passed, failed, len(skipped))
+	if len(long) > 0 {
+		last += fmt.Sprintf(", %d left to long jobs", len(long))
+	}
 	if len(skipped) > 0 && failOnSkip {
 		last += " (CAIRN_FAIL_ON_SKIP=1: a skip fails the run)"
 		code = 1

@@ -48,3 +48,23 @@ func TestReport(t *testing.T) {
 		t.Fatalf("fail on skip: exit %d:\n%s", code, out)
 	}
 }
+
+// A skip that says a long job runs the test is listed apart and does not
+// fail CAIRN_FAIL_ON_SKIP; other skips still do.
+func TestLongJob(t *testing.T) {
+	in := `{"Action":"pass","Package":"p","Test":"TestA","Elapsed":0.1}
+{"Action":"output","Package":"p","Test":"TestCeph","Output":"    cephtest.go:9: long job: the CephFS suites run with ./test.sh --ceph\n"}
+{"Action":"output","Package":"p","Test":"TestCeph","Output":"--- SKIP: TestCeph (0.00s)\n"}
+{"Action":"skip","Package":"p","Test":"TestCeph"}
+{"Action":"pass","Package":"p","Elapsed":0.5}
+`
+	out, code := run(t, in, true)
+	if code != 0 || !strings.HasSuffix(out, "tests: 1 passed, 0 failed, 0 skipped, 1 left to long jobs\n") ||
+		!strings.Contains(out, "LONG p TestCeph: cephtest.go:9: long job: the CephFS suites run with ./test.sh --ceph") {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	if out, code := run(t, in+stream[strings.Index(stream, `{"Action":"output","Package":"p","Test":"TestB"`):strings.Index(stream, `{"Action":"pass","Package":"p","Elapsed"`)], true); code != 1 ||
+		!strings.Contains(out, "1 skipped, 1 left to long jobs (CAIRN_FAIL_ON_SKIP=1") {
+		t.Fatalf("a plain skip with a long job's: exit %d:\n%s", code, out)
+	}
+}

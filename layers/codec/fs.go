@@ -409,7 +409,13 @@ func (fs *Engine) put(ctx context.Context, st *state) error {
 		return err
 	}
 	if st.refs == 0 && !st.removed {
-		if err == nil && st.chunks != nil {
+		// On a shared lower a closed file keeps nothing open below: a
+		// descriptor kept open for writing is, to a network file system,
+		// a writer that other clients wait on (CephFS: the file's caps
+		// stay mixed, and 16.2's ceph-fuse can hang another client's read
+		// of it for good, docs/distributed.md). The next open loads it
+		// again, as it does after another machine's change.
+		if err == nil && st.chunks != nil && !fs.shared {
 			st.idle, st.idleAt = true, time.Now()
 			fs.idle = append(fs.idle, st)
 			if fold {

@@ -311,3 +311,53 @@ func TestReaddirplusAttrs(t *testing.T) {
 		}
 	}
 }
+
+// TestSharedClosedFileReleased: on a lower shared with other machines (a
+// claim with layer.WithSharedClaim, cairn mount -shared), a closed file
+// keeps no descriptor of its lower file open, once the kernel released its
+// handle: to a network file system a descriptor kept open for writing is a
+// writer that other clients wait on (CephFS's mixed caps; 16.2's ceph-fuse
+// hung another client's read, docs/distributed.md). Without -shared the
+// closed file's state keeps its descriptor (reopening it is cheap), which
+// shows that the test sees one. Both read every byte again after.
+func TestSharedClosedFileReleased(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprint("shared=", shared), func(t *testing.T) {
+			lower, fs := newStack(t, "zstd", Options{ChunkSize: 4 << 10})
+			ctx := context.Background()
+			if shared {
+				ctx = layer.WithSharedClaim(ctx)
+			}
+			if err := fs.Claim(ctx); err != nil {
+				t.Fatal(err)
+			}
+			m := mounttest.Mount(t, fs)
+			want := bytes.Repeat([]byte("closed, and let go of below\n"), 1000)
+			if err := os.WriteFile(m.Path("f"), want, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			lf := filepath.Join(lower, "f")
+			open := func() bool {
+				ents, _ := os.ReadDir("/proc/self/fd")
+				for _, e := range ents {
+					if p, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && p == lf {
+						return true
+					}
+				}
+				return false
+			}
+			// The kernel releases the handle after close returns.
+			deadline := time.Now().Add(5 * time.Second)
+			for open() == shared && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if got := open(); got == shared {
+				t.Fatalf("after close, the lower file open: %v, want %v", got, !shared)
+			}
+			got, err := os.ReadFile(m.Path("f"))
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("read again: %d bytes, %v; want %d", len(got), err, len(want))
+			}
+		})
+	}
+}
