@@ -18,22 +18,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
+	"cairnfs.dev/cairn/internal/dfstest"
 	"cairnfs.dev/cairn/internal/mounttest"
 )
 
 // Enabled says whether the CephFS tests run (CAIRN_CEPH=1).
 func Enabled() bool { return os.Getenv("CAIRN_CEPH") == "1" }
 
-var cluster struct {
-	mu      sync.Mutex
-	dir     string // the state directory, "" until started
-	script  string
-	err     error
-	started bool
-}
+var cluster = &dfstest.Cluster{Name: "Ceph", Script: "test/ceph.sh", Up: "up", Down: "down"}
 
 // Main runs the tests and then stops the cluster, if one was started:
 // func TestMain(m *testing.M) { cephtest.Main(m) }.
@@ -45,17 +39,7 @@ func Main(m *testing.M) {
 
 // Stop stops the cluster (every client mount and every daemon) and removes
 // its directory. Main calls it.
-func Stop() {
-	cluster.mu.Lock()
-	defer cluster.mu.Unlock()
-	if cluster.dir == "" {
-		return
-	}
-	if out, err := exec.Command(cluster.script, "down", cluster.dir).CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "cephtest: stopping the cluster in %s: %v\n%s", cluster.dir, err, out)
-	}
-	cluster.dir = ""
-}
+func Stop() { cluster.Stop() }
 
 // Need skips the test unless CAIRN_CEPH=1; then it fails the test when Ceph
 // is not installed or the test does not run as root.
@@ -81,36 +65,7 @@ func Need(t testing.TB) {
 func start(t testing.TB) (dir, script string) {
 	t.Helper()
 	Need(t)
-	cluster.mu.Lock()
-	defer cluster.mu.Unlock()
-	if !cluster.started {
-		cluster.started = true
-		cluster.err = func() error {
-			s, err := repoFile("test/ceph.sh")
-			if err != nil {
-				return err
-			}
-			// Not t.TempDir: the cluster outlives the test that starts it.
-			d, err := os.MkdirTemp("", "cairn-ceph-")
-			if err != nil {
-				return err
-			}
-			os.Chmod(d, 0o755) // other users reach the mounts below it
-			if out, err := exec.Command(s, "up", d).CombinedOutput(); err != nil {
-				exec.Command(s, "down", d).Run()
-				return fmt.Errorf("test/ceph.sh up: %v\n%s", err, out)
-			}
-			cluster.dir, cluster.script = d, s
-			return nil
-		}()
-	}
-	if cluster.err != nil {
-		t.Fatal(cluster.err)
-	}
-	if cluster.dir == "" {
-		t.Fatal("the Ceph cluster was stopped")
-	}
-	return cluster.dir, cluster.script
+	return cluster.Start(t)
 }
 
 // Shared are the ceph-fuse options for a lower that other clients change:
@@ -128,7 +83,7 @@ var Shared = []string{"--fuse_disable_pagecache=true"}
 func Mount(t testing.TB, opts ...string) string {
 	t.Helper()
 	dir, script := start(t)
-	mnt := filepath.Join(dir, "clients", fmt.Sprintf("c%d", next()))
+	mnt := filepath.Join(dir, "clients", fmt.Sprintf("c%d", dfstest.Next()))
 	cmd := exec.Command(script, "mount", dir, mnt)
 	cmd.Env = append(os.Environ(), "CAIRN_CEPH_CLIENT_OPTS="+strings.Join(opts, " "))
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -146,44 +101,9 @@ func Mount(t testing.TB, opts ...string) string {
 // client mount: each test's files apart from the others'.
 func Dir(t testing.TB) string {
 	t.Helper()
-	d := filepath.Join(Mount(t), fmt.Sprintf("%s-%d", sanitize(t.Name()), next()))
+	d := filepath.Join(Mount(t), fmt.Sprintf("%s-%d", dfstest.Sanitize(t.Name()), dfstest.Next()))
 	if err := os.Mkdir(d, 0o777); err != nil {
 		t.Fatal(err)
 	}
 	return d
-}
-
-var seq struct {
-	sync.Mutex
-	n int
-}
-
-func next() int {
-	seq.Lock()
-	defer seq.Unlock()
-	seq.n++
-	return seq.n
-}
-
-func sanitize(s string) string {
-	return strings.NewReplacer("/", "-", " ", "_").Replace(s)
-}
-
-// repoFile finds a file of the repository from the test's directory (go
-// test runs in the package's directory, somewhere below go.mod's).
-func repoFile(rel string) (string, error) {
-	d, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return filepath.Join(d, rel), nil
-		}
-		p := filepath.Dir(d)
-		if p == d {
-			return "", fmt.Errorf("no go.mod above the test's directory: cannot find %s", rel)
-		}
-		d = p
-	}
 }

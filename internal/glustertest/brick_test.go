@@ -30,6 +30,22 @@ func within(t *testing.T, d time.Duration, what string, f func() error) error {
 	}
 }
 
+// reconnected waits until the GlusterFS client reaches path again (it
+// reconnects to a brick started again within a few seconds).
+func reconnected(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the GlusterFS client did not reconnect within 30 s")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // TestBrickKilled: the brick of the volume under a zstd stack is killed.
 // Applications get an error (EIO or ENOTCONN), not a hang, and after the
 // brick is back a new mount reads every fsync'ed byte.
@@ -80,17 +96,7 @@ func TestBrickKilled(t *testing.T) {
 	}
 	glustertest.StartBricks(t, "one")
 	restarted = true
-	// The client reconnects within a few seconds.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat(filepath.Join(lower, "f")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the GlusterFS client did not reconnect within 30 s")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	reconnected(t, filepath.Join(lower, "f"))
 	p.Unmount()
 	q := mounttest.MountSpec(t, spec)
 	got, err := os.ReadFile(q.Path("f"))
@@ -146,16 +152,7 @@ func TestBrickKilledOpenFile(t *testing.T) {
 			}
 			glustertest.StartBricks(t, "one")
 			restarted = true
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				if _, err := os.Stat(filepath.Join(lower, "f")); err == nil {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the GlusterFS client did not reconnect within 30 s")
-				}
-				time.Sleep(200 * time.Millisecond)
-			}
+			reconnected(t, filepath.Join(lower, "f"))
 			// The descriptor may be dead for good (GlusterFS reopens some,
 			// not all); what it must not do is give other bytes.
 			got := make([]byte, len(want))

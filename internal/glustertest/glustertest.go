@@ -16,20 +16,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
+	"cairnfs.dev/cairn/internal/dfstest"
 	"cairnfs.dev/cairn/internal/mounttest"
 )
 
-var cluster struct {
-	mu      sync.Mutex
-	dir     string // the state directory, "" until started
-	script  string
-	err     error
-	started bool
-}
+var cluster = &dfstest.Cluster{Name: "GlusterFS", Script: "test/gluster.sh", Up: "start", Down: "stop"}
 
 // Main runs the tests and then stops the cluster, if one was started:
 // func TestMain(m *testing.M) { glustertest.Main(m) }.
@@ -41,17 +35,7 @@ func Main(m *testing.M) {
 
 // Stop stops the cluster (every client mount, glusterd and the bricks) and
 // removes its directory. Main calls it.
-func Stop() {
-	cluster.mu.Lock()
-	defer cluster.mu.Unlock()
-	if cluster.dir == "" {
-		return
-	}
-	if out, err := exec.Command(cluster.script, "stop", cluster.dir).CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "glustertest: stopping the cluster in %s: %v\n%s", cluster.dir, err, out)
-	}
-	cluster.dir = ""
-}
+func Stop() { cluster.Stop() }
 
 // Need skips the test when GlusterFS is not installed or the test does not
 // run as root; on CI it fails instead.
@@ -73,36 +57,7 @@ func Need(t testing.TB) {
 func start(t testing.TB) (dir, script string) {
 	t.Helper()
 	Need(t)
-	cluster.mu.Lock()
-	defer cluster.mu.Unlock()
-	if !cluster.started {
-		cluster.started = true
-		cluster.err = func() error {
-			s, err := repoFile("test/gluster.sh")
-			if err != nil {
-				return err
-			}
-			// Not t.TempDir: the cluster outlives the test that starts it.
-			d, err := os.MkdirTemp("", "cairn-gluster-")
-			if err != nil {
-				return err
-			}
-			os.Chmod(d, 0o755) // other users reach the mounts below it
-			if out, err := exec.Command(s, "start", d).CombinedOutput(); err != nil {
-				exec.Command(s, "stop", d).Run()
-				return fmt.Errorf("test/gluster.sh start: %v\n%s", err, out)
-			}
-			cluster.dir, cluster.script = d, s
-			return nil
-		}()
-	}
-	if cluster.err != nil {
-		t.Fatal(cluster.err)
-	}
-	if cluster.dir == "" {
-		t.Fatal("the GlusterFS cluster was stopped")
-	}
-	return cluster.dir, cluster.script
+	return cluster.Start(t)
 }
 
 // Shared are the glusterfs client's options for a lower that other clients
@@ -119,7 +74,7 @@ var Shared = []string{"--entry-timeout=0", "--attribute-timeout=0", "--negative-
 func Mount(t testing.TB, vol string, opts ...string) string {
 	t.Helper()
 	dir, script := start(t)
-	mnt := filepath.Join(dir, "clients", fmt.Sprintf("%s-%d", vol, next()))
+	mnt := filepath.Join(dir, "clients", fmt.Sprintf("%s-%d", vol, dfstest.Next()))
 	cmd := exec.Command(script, "mount", dir, vol, mnt)
 	cmd.Env = append(os.Environ(), "CAIRN_GLUSTER_CLIENT_OPTS="+strings.Join(opts, " "))
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -137,7 +92,7 @@ func Mount(t testing.TB, vol string, opts ...string) string {
 // mount: each test's files apart from the others' on the shared volume.
 func Dir(t testing.TB, vol string) string {
 	t.Helper()
-	d := filepath.Join(Mount(t, vol), fmt.Sprintf("%s-%d", sanitize(t.Name()), next()))
+	d := filepath.Join(Mount(t, vol), fmt.Sprintf("%s-%d", dfstest.Sanitize(t.Name()), dfstest.Next()))
 	if err := os.Mkdir(d, 0o777); err != nil {
 		t.Fatal(err)
 	}
@@ -169,39 +124,4 @@ func IsGluster(dir string) bool {
 	// FUSE's magic; the mount table tells GlusterFS from others, but a
 	// FUSE lower is what matters to the tests' callers.
 	return syscall.Statfs(dir, &st) == nil && st.Type == 0x65735546
-}
-
-var seq struct {
-	sync.Mutex
-	n int
-}
-
-func next() int {
-	seq.Lock()
-	defer seq.Unlock()
-	seq.n++
-	return seq.n
-}
-
-func sanitize(s string) string {
-	return strings.NewReplacer("/", "-", " ", "_").Replace(s)
-}
-
-// repoFile finds a file of the repository from the test's directory (go
-// test runs in the package's directory, somewhere below go.mod's).
-func repoFile(rel string) (string, error) {
-	d, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return filepath.Join(d, rel), nil
-		}
-		p := filepath.Dir(d)
-		if p == d {
-			return "", fmt.Errorf("no go.mod above the test's directory: cannot find %s", rel)
-		}
-		d = p
-	}
 }
