@@ -76,8 +76,14 @@ type dir struct {
 	ds   *dirState
 	from uint64 // the smallest key not listed yet
 	buf  []keyed
-	end  uint64  // the key after buf's bucket
-	flat []keyed // the flat part, in key order
+	end  uint64 // the key after buf's bucket
+	// bucket is the last bucket read, whole and sorted, from key start
+	// to end: a seek into it (go-fuse seeks back to the entry that did
+	// not fit in each READDIR's buffer) takes its entries from there
+	// rather than reading the bucket again.
+	bucket []keyed
+	start  uint64
+	flat   []keyed // the flat part, in key order
 	// flatDone: flat holds the flat part (a resharding from flat).
 	flatDone bool
 	// assumed is the layout of a flat directory that a rule covers, whose
@@ -132,7 +138,15 @@ func (d *dir) attr(ctx context.Context, e *layer.DirEntry) bool {
 }
 
 func (d *dir) Seek(ctx context.Context, off uint64) error {
-	d.from, d.buf, d.eof = off, nil, false
+	if d.bucket != nil && off >= d.start && off < d.end {
+		i := sort.Search(len(d.bucket), func(i int) bool { return d.bucket[i].key >= off })
+		d.from, d.buf, d.eof = off, d.bucket[i:], false
+		if len(d.buf) == 0 {
+			d.from = d.end
+		}
+		return nil
+	}
+	d.from, d.buf, d.bucket, d.eof = off, nil, nil, false
 	if off == 0 {
 		d.flat, d.flatDone = nil, false
 	}
@@ -218,7 +232,7 @@ func (d *dir) load(ctx context.Context) error {
 		}
 		return out[i].e.Name < out[j].e.Name
 	})
-	d.buf = out
+	d.buf, d.bucket, d.start = out, out, d.from
 	if len(out) == 0 {
 		d.from = d.end
 	}
