@@ -242,7 +242,7 @@ func (d *dir) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
 	if e.Attr != nil {
 		id = e.Attr.ID()
 	}
-	return &fuse.DirEntry{Name: e.Name, Mode: e.Mode, Ino: d.n.st.inos.direntIno(id), Off: cookie + dots}, 0
+	return &fuse.DirEntry{Name: e.Name, Mode: e.Mode, Ino: d.n.st.inos.ino(id), Off: cookie + dots}, 0
 }
 
 // Lookup serves READDIRPLUS with the attributes that came with the listing.

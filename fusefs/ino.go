@@ -60,14 +60,9 @@ const (
 	hashMask  = serialBit - 1
 )
 
-// ino is the inode number of id, for a node.
-func (m *inoMap) ino(id layer.ID) uint64 { return m.get(id) }
-
-// direntIno is the inode number of id for a directory entry (READDIR,
-// which makes no node): the same number a lookup gives.
-func (m *inoMap) direntIno(id layer.ID) uint64 { return m.get(id) }
-
-func (m *inoMap) get(id layer.ID) uint64 {
+// ino is the inode number of id: a node's, and a directory entry's
+// (READDIR, which makes no node) alike.
+func (m *inoMap) ino(id layer.ID) uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if n, ok := m.fresh[noGen(id)]; ok {

@@ -540,5 +540,5 @@ func (w *slogWriter) Write(p []byte) (int, error) {
 // layer changed it by itself: layer.ChangeReporter). A number the kernel
 // does not know is answered ENOENT, which is nothing to do.
 func (st *state) changed(id layer.ID) {
-	st.srv.InodeNotify(st.inos.direntIno(id), -1, 0)
+	st.srv.InodeNotify(st.inos.ino(id), -1, 0)
 }

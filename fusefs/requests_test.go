@@ -146,21 +146,8 @@ func TestFlushWithoutChange(t *testing.T) {
 // that needs it.)
 func TestMmapMtimeAtClose(t *testing.T) {
 	lower, m := nullMount(t)
-	if err := os.WriteFile(m.Path("f"), make([]byte, 4096), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	old := time.Unix(1000000000, 0)
-	if err := os.Chtimes(m.Path("f"), old, old); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(m.Path("f"), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := syscall.Mmap(int(f.Fd()), 0, 4096, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, b := mappedFile(t, m.Path("f"), old)
 	mounttest.MapCopyIn(t, b, "written through the mapping")
 	if err := unix.Msync(b, unix.MS_SYNC); err != nil {
 		t.Fatal(err)
@@ -174,6 +161,28 @@ func TestMmapMtimeAtClose(t *testing.T) {
 	if !fi.ModTime().After(old) {
 		t.Errorf("after a write through a mapping and close, the mount shows mtime %v (the lower: %v)", fi.ModTime(), statMtime(t, filepath.Join(lower, "f")))
 	}
+}
+
+// mappedFile makes p, 4096 bytes with mtime old, opens it for reading and
+// writing and maps it shared.
+func mappedFile(t *testing.T, p string, old time.Time) (*os.File, []byte) {
+	t.Helper()
+	if err := os.WriteFile(p, make([]byte, 4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(p, old, old); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := syscall.Mmap(int(f.Fd()), 0, 4096, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	return f, b
 }
 
 func statMtime(t *testing.T, p string) time.Time {
@@ -233,21 +242,8 @@ func TestNoGetattrAfterSetattr(t *testing.T) {
 // (watchMapped), so a stat shows the new mtime before the file is closed.
 func TestMappedWriteWhileOpen(t *testing.T) {
 	lower, m := nullMount(t)
-	if err := os.WriteFile(m.Path("f"), make([]byte, 4096), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	old := time.Unix(1000000000, 0)
-	if err := os.Chtimes(m.Path("f"), old, old); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(m.Path("f"), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := syscall.Mmap(int(f.Fd()), 0, 4096, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, b := mappedFile(t, m.Path("f"), old)
 	defer syscall.Munmap(b)
 	defer f.Close()
 	if fi, err := os.Stat(m.Path("f")); err != nil || !fi.ModTime().Equal(old) {
