@@ -355,6 +355,13 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 	if o.Writeback {
 		mopts.ExtraCapabilities |= fuse.CAP_WRITEBACK_CACHE
 	}
+	// A mount that passes nothing through does not ask for passthrough:
+	// the kernel then gives it no stacking depth, and another mount may
+	// pass its files through (a stack over this mount; the kernel refuses
+	// a backing file on a mount that negotiated passthrough, ELOOP).
+	if !st.passthrough {
+		mopts.DisabledCapabilities |= fuse.CAP_PASSTHROUGH
+	}
 	flags, err := ParseMountFlags(o.MountFlags)
 	if err != nil {
 		return nil, err

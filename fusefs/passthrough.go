@@ -1,7 +1,7 @@
 package fusefs
 
 import (
-	"syscall"
+	"cairnfs.dev/cairn/layer"
 
 	"cairnfs.dev/cairn/third_party/gofuse/fuse"
 	"golang.org/x/sys/unix"
@@ -80,10 +80,17 @@ func (st *state) passOpened(req <-chan struct{}, s fuse.Status, out *fuse.OpenOu
 	if n == nil {
 		return true
 	}
-	fd, dev, ino := st.backingFd(f)
-	if fd >= 0 {
-		defer syscall.Close(fd) // the kernel takes its own reference when it registers it
+	pass := true
+	if !st.withBackingFd(f, func(fd int, dev, ino uint64) { pass = st.passWith(f, n, fd, dev, ino, out) }) {
+		pass = st.passWith(f, n, -1, 0, 0, out)
 	}
+	return pass
+}
+
+// passWith is passOpened's decision with fd, a descriptor of the file f
+// would pass through to (the kernel takes its own reference when it
+// registers it), or -1. st.ptMu is held.
+func (st *state) passWith(f *file, n *node, fd int, dev, ino uint64, out *fuse.OpenOut) bool {
 	switch {
 	case fd >= 0 && n.bk != nil && n.bk.dev == dev && n.bk.ino == ino:
 	case fd >= 0 && n.bk == nil && n.cached == 0:
@@ -121,22 +128,23 @@ func (st *state) passOpened(req <-chan struct{}, s fuse.Status, out *fuse.OpenOu
 	return true
 }
 
-// backingFd is a new descriptor of the file f passes through to, with its
-// device and inode, or -1. st.ptMu is held.
-func (st *state) backingFd(f *file) (int, uint64, uint64) {
+// withBackingFd calls fn with a descriptor of the file f passes through to
+// and its device and inode, borrowed (layer.LendFd: a duplicate's close
+// would be a FLUSH round trip on a FUSE or network lower), and reports
+// whether it did. st.ptMu is held.
+func (st *state) withBackingFd(f *file, fn func(fd int, dev, ino uint64)) bool {
 	if !kernelPassthrough || st.ptOff || st.srv == nil || !st.passes(f.f.Caps()) {
-		return -1, 0, 0
+		return false
 	}
-	fd, ok := f.f.PassthroughFd()
-	if !ok {
-		return -1, 0, 0
-	}
-	var s unix.Stat_t
-	if err := unix.Fstat(fd, &s); err != nil {
-		syscall.Close(fd)
-		return -1, 0, 0
-	}
-	return fd, uint64(s.Dev), s.Ino
+	called := false
+	layer.LendFd(f.f, func(fd int) {
+		var s unix.Stat_t
+		if unix.Fstat(fd, &s) == nil {
+			called = true
+			fn(fd, uint64(s.Dev), s.Ino)
+		}
+	})
+	return called
 }
 
 // passReleased: the kernel has let go of f.

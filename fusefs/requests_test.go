@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"cairnfs.dev/cairn/fusefs"
 	"cairnfs.dev/cairn/internal/mounttest"
 	"cairnfs.dev/cairn/layers/local"
 	"cairnfs.dev/cairn/layers/null"
@@ -263,5 +264,58 @@ func TestMappedWriteWhileOpen(t *testing.T) {
 			t.Fatalf("10 s after a write through a mapping, the mount shows mtime %v (the lower: %v)", fi.ModTime(), statMtime(t, filepath.Join(lower, "f")))
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestBackingOpenSendsNoLowerFlush: handing a file to the kernel
+// (passthrough) costs its lower no FLUSH. The descriptor registered as the
+// backing file is lent, not duplicated: closing a duplicate of a file of a
+// FUSE or network lower is a FLUSH round trip (GlusterFS: one per open).
+// The stack here is a null stack over the mount of another (a FUSE lower);
+// each open for writing sends that lower two FLUSHes: the upper's at the
+// close (the lower's delayed write errors) and its last close at RELEASE.
+func TestBackingOpenSendsNoLowerFlush(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "f"), []byte("data"), 0o644)
+	ll, err := local.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The lower mount passes nothing through: the kernel refuses a backing
+	// file on a mount that has backing files of its own (ELOOP).
+	lowerMnt := mounttest.MountOpts(t, null.New(ll), fusefs.Options{NoPassthrough: true})
+	l, err := local.New(lowerMnt.Path(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() }) // after the unmount: the lower mount is not busy
+	m := mounttest.Mount(t, null.New(l))
+	before := lowerMnt.Server.RequestCounts()
+	up := delta(m, func() {
+		for range 5 {
+			f, err := os.OpenFile(m.Path("f"), os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteString("more"); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if up["OPEN"] != 5 || up["WRITE"] != 0 {
+		t.Fatalf("upper mount: %v (want 5 OPEN, no WRITE: passed through)", up)
+	}
+	// The upper's RELEASEs (and so its last closes below) come after the
+	// closes return: wait for the fifth, then for anything more.
+	flushes := func() uint64 { return lowerMnt.Server.RequestCounts()["FLUSH"] - before["FLUSH"] }
+	for end := time.Now().Add(5 * time.Second); flushes() < 10 && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := flushes(); n != 10 {
+		t.Errorf("5 opens for writing through a stack over a FUSE lower: the lower got %d FLUSH (want 10)", n)
 	}
 }

@@ -486,6 +486,10 @@ func (f *hookedFile) PassthroughFd() (int, bool) {
 	return f.Lower.PassthroughFd()
 }
 
+func (f *hookedFile) LendFd(fn func(fd int)) bool {
+	return !f.h.NoPassthrough && LendFd(f.Lower, fn)
+}
+
 // Caps forwards the lower file's, without passthrough when the hook must
 // see every read and write (NoPassthrough), and without CapNoFlush when it
 // must see every flush (Flushes).

@@ -483,3 +483,29 @@ func IsExclusive(fs FS) bool {
 	}
 	return true
 }
+
+// FdLender is a File that can lend the descriptor PassthroughFd would
+// duplicate, for the length of a call, and only while its PassthroughFd
+// would give one. Closing a duplicate is not free: on a FUSE or network
+// lower (GlusterFS, ceph-fuse, NFS) every close(2) is a FLUSH round trip.
+type FdLender interface {
+	// LendFd calls fn with the file's descriptor, which fn must not
+	// close or keep, and reports whether it did.
+	LendFd(fn func(fd int)) bool
+}
+
+// LendFd calls fn with a descriptor of f's lower file whose bytes are
+// f's (see PassthroughFd): f's own when f lends it (FdLender), else a
+// duplicate closed after fn. It reports whether fn was called.
+func LendFd(f File, fn func(fd int)) bool {
+	if l, ok := f.(FdLender); ok {
+		return l.LendFd(fn)
+	}
+	fd, ok := f.PassthroughFd()
+	if !ok {
+		return false
+	}
+	defer syscall.Close(fd)
+	fn(fd)
+	return true
+}

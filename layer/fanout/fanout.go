@@ -291,6 +291,9 @@ type File struct {
 	Show func(*layer.Attr)
 }
 
+// LendFd forwards the branch file's descriptor, as PassthroughFd does.
+func (f *File) LendFd(fn func(fd int)) bool { return layer.LendFd(f.Lower, fn) }
+
 func (f *File) tag(a *layer.Attr) {
 	layer.TagBranch(a, f.I, f.N)
 	if f.Show != nil {

@@ -416,6 +416,10 @@ func (f *plainFile) PassthroughFd() (int, bool) {
 	return f.cur.PassthroughFd()
 }
 
+func (f *plainFile) LendFd(fn func(fd int)) bool {
+	return !f.writable() && layer.LendFd(f.cur, fn)
+}
+
 func (f *plainFile) Caps() layer.Caps {
 	if f.writable() {
 		return 0

@@ -314,6 +314,12 @@ func (f *File) PassthroughFd() (int, bool) {
 	return d, err == nil
 }
 
+// LendFd (layer.FdLender): the file's own descriptor, kept open while fn
+// runs.
+func (f *File) LendFd(fn func(fd int)) bool {
+	return f.with(func(fd int) error { fn(fd); return nil }) == nil
+}
+
 // ReopenFile opens the file's object again with flags through its
 // descriptor (/proc/self/fd/N), which reaches it whether or not it still
 // has a name (layer.FileReopener).

@@ -366,6 +366,11 @@ func (f *file) PassthroughFd() (int, bool) {
 	return -1, false
 }
 
+func (f *file) LendFd(fn func(fd int)) bool {
+	lf := f.single()
+	return lf != nil && f.pt && layer.LendFd(lf, fn)
+}
+
 // Caps: a read-only file has its replica file's (passthrough included,
 // unless the layer says no); a file opened to write is several files, and
 // passes nothing through. A file opened to write needs its flushes (each
