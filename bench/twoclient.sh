@@ -8,7 +8,8 @@
 # gocryptfs (-sharedstorage). Each run, for each configuration:
 #
 #   write    each client writes a 256 MiB file of its own at once (dd bs=1M,
-#            conv=fsync); then, caches dropped, each reads the other's file
+#            conv=fsync, random bytes: zstd gains nothing); then, caches
+#            dropped, each reads the other's file
 #   untar    each client unpacks GNU grep's tarball into a directory of its
 #            own at once (sync included); then, caches dropped, each reads
 #            every file the other unpacked (tar -c | md5sum) and the digests
@@ -42,6 +43,7 @@ mkdir -p "$W/work" "$M1" "$M2"
 go build -o bin/cairn ./cmd/cairn
 command -v gocryptfs > /dev/null || apt-get install -y -qq gocryptfs > /dev/null
 xz -dc "$TARBALL" > "$W/src.tar"
+[ -s "$W/rand" ] || head -c 256M /dev/urandom > "$W/rand"
 # The tarball's digest as the readers compute it (files in name order).
 mkdir -p "$W/ref" && tar xf "$W/src.tar" -C "$W/ref"
 digest() { (cd "$1" && find . -type f | LC_ALL=C sort | xargs cat | md5sum | cut -d' ' -f1); }
@@ -129,15 +131,15 @@ RES=$W/results.txt
 for run in $(seq "$RUNS"); do
 	for cfg in ${CONFIGS//,/ }; do
 		mountcfg "$cfg"
-		t=$(both "dd if=/dev/zero of=$C1/f1 bs=1M count=256 conv=fsync status=none" \
-			"dd if=/dev/zero of=$C2/f2 bs=1M count=256 conv=fsync status=none")
+		t=$(both "dd if=$W/rand of=$C1/f1 bs=1M conv=fsync status=none" \
+			"dd if=$W/rand of=$C2/f2 bs=1M conv=fsync status=none")
 		echo "$cfg write-2 $(echo "512 / $t" | bc -l)" >> "$RES"
 		drop
 		t=$(both "cat $C1/f2 > /dev/null" "cat $C2/f1 > /dev/null")
 		echo "$cfg read-2 $(echo "512 / $t" | bc -l)" >> "$RES"
 		rm -f "$C1/f1" "$C1/f2"
 		s=$(now)
-		dd if=/dev/zero of="$C1/f1" bs=1M count=256 conv=fsync status=none
+		dd if="$W/rand" of="$C1/f1" bs=1M conv=fsync status=none
 		t=$(echo "$(now) - $s" | bc)
 		echo "$cfg write-1 $(echo "256 / $t" | bc -l)" >> "$RES"
 		rm -f "$C1/f1"

@@ -3,6 +3,9 @@ package crypt
 import (
 	"strings"
 	"sync"
+	"time"
+
+	"cairnfs.dev/cairn/layer"
 )
 
 // The name cache (after pefs's directory cache): for each directory met, its
@@ -19,19 +22,34 @@ import (
 // in between (a rename or rmdir of an ancestor) would leave an entry that
 // describes a directory that is gone. gen counts drops, and addDir keeps an
 // entry only if none happened since its caller read gen.
+//
+// On a lower shared with other machines (cairn mount -shared), which rename,
+// remove and remake directories behind this one, an entry is used only
+// after a stat of its lower path shows the same directory (identity and
+// birth time: an IV belongs to one directory for its whole life, and the
+// lower path runs through the encoded names of every ancestor, so a
+// replaced ancestor makes it fail too), and is read again after sharedTTL
+// (a lower that reuses inode numbers and records no generation or birth
+// time could otherwise show a remade directory as the old one). One stat
+// instead of reading every ancestor's IV file again on each operation.
 
 type dirEntry struct {
 	lower string // the directory's lower path
 	iv    []byte
+	// shared lowers: the directory's identity and birth time, and when
+	// its IV was read
+	id    layer.ID
+	btime layer.Time
+	read  time.Time
 	enc   map[string]string // plaintext name -> encoded name
 	dec   map[string]string // lower name -> plaintext name
 }
 
 type nameCache struct {
-	// off: nothing is cached (a lower shared with other machines, which
-	// rename and remake directories behind this one: cairn mount
-	// -shared). Set before the layer serves.
-	off      bool
+	// shared: the lower is shared with other machines (cairn mount
+	// -shared): entries are checked before use (see above). Set before
+	// the layer serves.
+	shared   bool
 	mu       sync.Mutex
 	dirs     map[string]*dirEntry // by plaintext path
 	names    int
@@ -44,10 +62,11 @@ func newNameCache(maxDirs, maxNames int) *nameCache {
 	return &nameCache{dirs: map[string]*dirEntry{}, maxDirs: maxDirs, maxNames: maxNames}
 }
 
+// sharedTTL is how long a shared lower's directory entry is used before
+// its IV is read again.
+const sharedTTL = time.Second
+
 func (c *nameCache) dir(path string) *dirEntry {
-	if c.off {
-		return nil
-	}
 	c.mu.Lock()
 	d := c.dirs[path]
 	c.mu.Unlock()
@@ -61,12 +80,26 @@ func (c *nameCache) generation() uint64 {
 	return c.gen
 }
 
+// forget drops d, the entry of path, if it is still there, and not the
+// entries below it (each is checked on its own).
+func (c *nameCache) forget(path string, d *dirEntry) {
+	c.mu.Lock()
+	if c.dirs[path] == d {
+		delete(c.dirs, path)
+	}
+	c.mu.Unlock()
+}
+
 // addDir makes the entry of a directory and caches it unless a drop
-// happened after gen was read.
-func (c *nameCache) addDir(path, lower string, iv []byte, gen uint64) *dirEntry {
+// happened after gen was read. a are the directory's attributes, for a
+// shared lower (nil: the entry is not cached there).
+func (c *nameCache) addDir(path, lower string, iv []byte, a *layer.Attr, gen uint64) *dirEntry {
 	d := &dirEntry{lower: lower, iv: iv, enc: map[string]string{}, dec: map[string]string{}}
-	if c.off {
-		return d
+	if c.shared {
+		if a == nil {
+			return d
+		}
+		d.id, d.btime, d.read = a.ID(), a.Btime, time.Now()
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -73,10 +74,26 @@ func (fs *FS) Claim(ctx context.Context) error {
 	return nil
 }
 
-// Share turns the name cache off (layer.Sharer): it keeps directories'
-// IVs by path, which another machine's rename or re-creation of a
-// directory changes.
-func (fs *FS) Share() { fs.cache.off = true }
+// Share makes the name cache check its directories before use
+// (layer.Sharer): it keeps directories' IVs by path, which another
+// machine's rename or re-creation of a directory changes (see nameCache).
+func (fs *FS) Share() { fs.cache.shared = true }
+
+// cachedDir returns the cache entry of the plaintext directory path, if it
+// has one that is still right.
+func (fs *FS) cachedDir(ctx context.Context, path string) *dirEntry {
+	d := fs.cache.dir(path)
+	if d == nil || !fs.cache.shared {
+		return d
+	}
+	if time.Since(d.read) < sharedTTL {
+		if a, err := fs.Lower.Getattr(ctx, d.lower); err == nil && a.IsDir() && a.ID() == d.id && a.Btime == d.btime {
+			return d
+		}
+	}
+	fs.cache.forget(path, d)
+	return nil
+}
 
 // Close lets go of the claim.
 func (fs *FS) Close() error {
@@ -200,7 +217,7 @@ func IsCorrupt(err error) bool {
 // dir returns the cache entry of the plaintext directory path, reading its
 // IV (and its parents') when it is not cached.
 func (fs *FS) dir(ctx context.Context, path string) (*dirEntry, error) {
-	if d := fs.cache.dir(path); d != nil {
+	if d := fs.cachedDir(ctx, path); d != nil {
 		return d, nil
 	}
 	gen := fs.cache.generation()
@@ -217,11 +234,21 @@ func (fs *FS) dir(ctx context.Context, path string) (*dirEntry, error) {
 		}
 		lower = layer.Join(pd.lower, lname)
 	}
+	var a *layer.Attr
+	if fs.cache.shared {
+		// Before the IV: a directory remade between the two shows
+		// another identity at its next use.
+		da, err := fs.Lower.Getattr(ctx, lower)
+		if err != nil {
+			return nil, err
+		}
+		a = &da
+	}
 	iv, err := fs.readIV(ctx, path, lower)
 	if err != nil {
 		return nil, err
 	}
-	return fs.cache.addDir(path, lower, iv, gen), nil
+	return fs.cache.addDir(path, lower, iv, a, gen), nil
 }
 
 func (fs *FS) readIV(ctx context.Context, path, lower string) ([]byte, error) {
@@ -571,7 +598,7 @@ func (fs *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, 
 			return a, err
 		}
 	}
-	if fs.cache.addDir(path, lp, iv, gen); fs.cache.generation() != gen {
+	if fs.cache.addDir(path, lp, iv, &a, gen); fs.cache.generation() != gen {
 		fs.cache.drop(path) // an ancestor moved meanwhile
 	}
 	return a, nil
@@ -620,7 +647,7 @@ func (fs *FS) emptyOwn(ctx context.Context, path, lp string) (restore func(), er
 	}
 	ivPath := layer.Join(lp, dirIVName)
 	var iv []byte
-	if d := fs.cache.dir(path); d != nil && d.lower == lp {
+	if d := fs.cachedDir(ctx, path); d != nil && d.lower == lp {
 		iv = d.iv
 	} else if b, err := layer.ReadFile(ctx, fs.Lower, ivPath); err == nil {
 		iv, _ = checkIV(fs.ivKey, b)

@@ -328,3 +328,68 @@ func TestTruncatingOpens(t *testing.T) {
 		t.Fatalf("final state: %d bytes, %v (want 5029 bytes of y)", len(b), err)
 	}
 }
+
+// TestSharedRemadeDirs: two layers over one lower, as two machines sharing
+// it (Share). Each keeps directories' IVs, checked before use: a
+// directory the other one removed and made again (a new IV; ext4 may give
+// it the same inode number) or renamed is never used with its old IV,
+// which would give names the other cannot read.
+func TestSharedRemadeDirs(t *testing.T) {
+	lower, a := stack(t)
+	b := open(t, lower)
+	layer.ShareStack(a)
+	layer.ShareStack(b)
+	ctx := context.Background()
+	read := func(fs *FS, p, want string) {
+		t.Helper()
+		got, err := layer.ReadFile(ctx, fs, p)
+		if err != nil || string(got) != want {
+			t.Fatalf("%s: %q, %v; want %q", p, got, err, want)
+		}
+	}
+	for i := range 50 {
+		s := fmt.Sprint(i)
+		// a knows x and x/y (their IVs are cached).
+		if err := layer.MkdirAll(ctx, a, "x/y", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := layer.WriteFile(ctx, a, "x/y/f", []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		read(b, "x/y/f", s)
+		// b removes them and makes them again; a writes into the new
+		// ones, and b reads what a wrote.
+		for _, p := range []string{"x/y/f", "x/y", "x"} {
+			if err := removeAny(ctx, b, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := layer.MkdirAll(ctx, b, "x/y", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := layer.WriteFile(ctx, a, "x/y/g", []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		read(b, "x/y/g", s)
+		// b renames x; a sees the new name, not the old one.
+		if err := b.Rename(ctx, "x", "z", 0); err != nil {
+			t.Fatal(err)
+		}
+		read(a, "z/y/g", s)
+		if _, err := a.Getattr(ctx, "x/y"); !errors.Is(err, syscall.ENOENT) {
+			t.Fatalf("x/y after b renamed x: %v", err)
+		}
+		for _, p := range []string{"z/y/g", "z/y", "z"} {
+			if err := removeAny(ctx, a, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func removeAny(ctx context.Context, fs *FS, p string) error {
+	if a, err := fs.Getattr(ctx, p); err == nil && a.IsDir() {
+		return fs.Rmdir(ctx, p)
+	}
+	return fs.Unlink(ctx, p)
+}
