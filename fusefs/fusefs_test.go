@@ -739,3 +739,40 @@ func (c *getattrCounter) Getattr(ctx context.Context, p string) (layer.Attr, err
 	}
 	return c.Base.Getattr(ctx, p)
 }
+
+// TestChownByRootSetidAsExt4: a chown or chgrp by root drops the set-id
+// bits as ext4 does (the set-user-ID bit always, the set-group-ID bit of a
+// group-executable file), judged without a GETATTR before the change.
+func TestChownByRootSetidAsExt4(t *testing.T) {
+	mounttest.NeedRoot(t)
+	m, _ := nullStack(t)
+	ext4 := t.TempDir()
+	for _, bits := range []uint32{0o6755, 0o6745, 0o2755, 0o2745, 0o4700} {
+		for _, change := range []struct {
+			name     string
+			uid, gid int
+		}{{"chown", 1000, -1}, {"chgrp", -1, 3000}, {"chown both", 1000, 3000}} {
+			mode := func(dir string) uint32 {
+				p := filepath.Join(dir, "f")
+				os.Remove(p)
+				if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := unix.Chmod(p, bits); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Lchown(p, change.uid, change.gid); err != nil {
+					t.Fatal(err)
+				}
+				var st unix.Stat_t
+				if err := unix.Stat(p, &st); err != nil {
+					t.Fatal(err)
+				}
+				return st.Mode & 0o7777
+			}
+			if want, got := mode(ext4), mode(m.Path("")); got != want {
+				t.Errorf("%04o, %s by root: %04o through the mount, %04o on ext4", bits, change.name, got, want)
+			}
+		}
+	}
+}

@@ -391,11 +391,18 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		return n.st.top.Setattr(ctx, p, sa)
 	}
 	// The set-id bits to drop (see killPrivs), judged on the attributes
-	// before the change, as the kernel judges them.
+	// before the change, as the kernel judges them. A truncate or chown
+	// changes neither the type nor the mode (the lower may drop set-id
+	// bits itself, which leaves nothing to drop), and the group only when
+	// it sets one: the attributes after it judge as well, and cost no
+	// GETATTR (a round trip on a network lower), except for a change of
+	// group by a caller whose membership of the old group counts.
 	var a layer.Attr
 	var err error
 	var drop uint32
-	if killPrivs(in) && sa.Valid&layer.SetMode == 0 {
+	kill := killPrivs(in) && sa.Valid&layer.SetMode == 0
+	caller := layer.CallerOf(cctx)
+	if kill && (sa.Valid == 0 || sa.Valid&layer.SetGid != 0 && caller.Uid != 0) {
 		if fh != nil {
 			a, err = fh.f.Getattr(cctx)
 		} else {
@@ -404,12 +411,15 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		if err != nil {
 			return n.st.errno("setattr", p, err)
 		}
-		drop = setidToDrop(a, layer.CallerOf(cctx))
+		drop, kill = setidToDrop(a, caller), false
 	}
 	if sa.Valid != 0 || drop == 0 {
 		if a, err = setattr(cctx, &sa); err != nil {
 			return n.st.errno("setattr", p, err)
 		}
+	}
+	if kill {
+		drop = setidToDrop(a, caller)
 	}
 	if a.Mode&drop != 0 {
 		// The file system's own change, not the caller's chmod: made with
