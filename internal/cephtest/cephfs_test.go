@@ -54,3 +54,7 @@ func TestCloseToOpenRaw(t *testing.T) {
 func TestSharedDirs(t *testing.T) {
 	dfstest.SharedDirs(t, cephtest.Mount(t, cephtest.Shared...), cephtest.Mount(t, cephtest.Shared...))
 }
+
+func TestOneWriterPerFile(t *testing.T) {
+	dfstest.OneWriterPerFile(t, cephtest.Mount(t, cephtest.Shared...), cephtest.Mount(t, cephtest.Shared...))
+}

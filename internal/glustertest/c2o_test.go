@@ -28,3 +28,7 @@ func TestCloseToOpenRaw(t *testing.T) {
 func TestSharedDirs(t *testing.T) {
 	dfstest.SharedDirs(t, glustertest.Mount(t, "one", glustertest.Shared...), glustertest.Mount(t, "one", glustertest.Shared...))
 }
+
+func TestOneWriterPerFile(t *testing.T) {
+	dfstest.OneWriterPerFile(t, glustertest.Mount(t, "one", glustertest.Shared...), glustertest.Mount(t, "one", glustertest.Shared...))
+}

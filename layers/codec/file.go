@@ -20,6 +20,8 @@ type File struct {
 	flags int
 	path  string
 	once  sync.Once
+	// writer: open for writing, counted in st.writers (a shared lower).
+	writer bool
 
 	lkMu sync.Mutex
 	lk   layer.File // this handle's own lower file, for its locks
@@ -43,6 +45,9 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	s := f.st
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.lockWriter(); err != nil {
+		return 0, err
+	}
 	if f.flags&unix.O_APPEND != 0 {
 		off = s.size
 	}
@@ -77,6 +82,9 @@ func (f *File) Setattr(ctx context.Context, in *layer.SetAttr) (layer.Attr, erro
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if in.Valid&layer.SetSize != 0 {
+		if err := s.lockWriter(); err != nil {
+			return layer.Attr{}, err
+		}
 		if err := s.truncate(ctx, int64(in.Size)); err != nil {
 			return layer.Attr{}, err
 		}
@@ -120,10 +128,13 @@ func (f *File) Flush(ctx context.Context) error {
 	// A shared lower: after close(2) another client may open the file
 	// and stat it from its header, before this handle's release (which
 	// the kernel sends later) would have written it: write it now, and
-	// compact now if it is due, not after close returned.
+	// compact now if it is due, not after close returned. Another client
+	// may then write it too: the writer lock goes (a later write here
+	// takes it again).
 	err := s.sync(ctx, false, true)
 	if err == nil {
 		s.restamp(ctx)
+		s.unlockWriter()
 	}
 	return err
 }
@@ -143,6 +154,14 @@ func (f *File) Fsync(ctx context.Context, datasync bool) error {
 func (f *File) Release(ctx context.Context) error {
 	var err error
 	f.once.Do(func() {
+		if f.writer {
+			s := f.st
+			s.mu.Lock()
+			if s.writers--; s.writers == 0 {
+				s.unlockWriter()
+			}
+			s.mu.Unlock()
+		}
 		err = f.fs.put(ctx, f.st)
 		f.lkMu.Lock()
 		if f.lk != nil {
@@ -163,6 +182,9 @@ func (f *File) Allocate(ctx context.Context, off, length int64, mode uint32) err
 	defer s.mu.Unlock()
 	if off < 0 || length <= 0 {
 		return syscall.EINVAL
+	}
+	if err := s.lockWriter(); err != nil {
+		return err
 	}
 	keep := mode&layer.FallocKeepSize != 0
 	switch mode &^ layer.FallocKeepSize {

@@ -55,6 +55,8 @@ type Engine struct {
 	// layer.SharedClaim, cairn mount -shared): a state is checked against
 	// its lower file when the file is opened or stat-ed (dropStale).
 	shared bool
+	// noLocks: the lower refused a writer lock (lockWriter), said once.
+	noLocks atomic.Bool
 
 	mu     sync.Mutex
 	states map[layer.ID]*state // by lower identity (device, branch, inode)
@@ -680,7 +682,19 @@ func (fs *Engine) Truncate(ctx context.Context, path, name string, size int64) e
 		return err
 	}
 	st.mu.Lock()
-	err = st.truncate(ctx, size)
+	took := !st.wlocked
+	if err = st.lockWriter(); err == nil {
+		err = st.truncate(ctx, size)
+	}
+	if took && st.wlocked {
+		// Written out before the writer lock goes, as a close does.
+		if err == nil {
+			if err = st.sync(ctx, false, true); err == nil {
+				st.restamp(ctx)
+			}
+		}
+		st.unlockWriter()
+	}
 	st.mu.Unlock()
 	if e := fs.put(ctx, st); err == nil {
 		err = e
@@ -770,6 +784,10 @@ func (fs *Engine) Open(ctx context.Context, path, name string, flags int) (layer
 		break
 	}
 	f := &File{fs: fs, st: st, flags: flags & handleFlags, path: path, lk: lk}
+	if err := f.openWriter(); err != nil {
+		f.Release(ctx)
+		return nil, err
+	}
 	if trunc {
 		st.mu.Lock()
 		err = st.truncate(ctx, 0)
@@ -805,6 +823,10 @@ func (fs *Engine) Create(ctx context.Context, path, name string, flags int, mode
 		return nil, layer.Attr{}, err
 	}
 	f := &File{fs: fs, st: st, flags: flags & handleFlags, path: path, lk: lk}
+	if err := f.openWriter(); err != nil {
+		f.Release(ctx)
+		return nil, layer.Attr{}, err
+	}
 	st.mu.Lock()
 	if flags&unix.O_TRUNC != 0 {
 		err = st.truncate(ctx, 0)
@@ -816,4 +838,68 @@ func (fs *Engine) Create(ctx context.Context, path, name string, flags int, mode
 		return nil, layer.Attr{}, err
 	}
 	return f, a, nil
+}
+
+// ---- one writer per file on a shared lower ---------------------------------
+
+// Two clients of a shared lower that write one file at once would each
+// append records at the log end they know, over each other's
+// (docs/distributed.md). So on a shared lower a file open for writing
+// holds an exclusive flock on its lower file, which every client of the
+// file system sees (GlusterFS and CephFS pass flock to their servers), and
+// another client's open for writing is refused with EBUSY while it is held.
+// It is let go of at each close (Flush) once everything is written, so that
+// another machine may open the file for writing as soon as close(2)
+// returns here, and taken again by a later write through a handle still
+// open here (which then fails with EBUSY if another client writes now).
+// Readers take no lock: they see the file as of their open (close-to-open).
+
+// openWriter takes the writer lock for a new handle open for writing.
+func (f *File) openWriter() error {
+	if !f.fs.shared || f.flags&unix.O_ACCMODE == unix.O_RDONLY {
+		return nil
+	}
+	s := f.st
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.lockWriter(); err != nil {
+		return err
+	}
+	s.writers++
+	f.writer = true
+	return nil
+}
+
+// lockWriter takes the writer lock, if the lower is shared and this state
+// does not hold it; s.mu is held. EBUSY: another client holds it.
+func (s *state) lockWriter() error {
+	if !s.fs.shared || s.wlocked {
+		return nil
+	}
+	var err error
+	if !layer.LendFd(s.lower, func(fd int) { err = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) }) {
+		return nil // no descriptor below (a chain's link): nothing to lock
+	}
+	switch {
+	case err == unix.EWOULDBLOCK:
+		s.fs.log().Warn("codec: another client writes this file; refused (one writer per file on a shared lower: docs/distributed.md)", "path", s.path)
+		return syscall.EBUSY
+	case err != nil:
+		// A lower without locks: served, as before the lock existed.
+		if !s.fs.noLocks.Swap(true) {
+			s.fs.log().Warn("codec: the lower takes no locks: two clients writing one file are not detected", "path", s.path, "err", err)
+		}
+		return nil
+	}
+	s.wlocked = true
+	return nil
+}
+
+// unlockWriter lets go of the writer lock; s.mu is held.
+func (s *state) unlockWriter() {
+	if !s.wlocked {
+		return
+	}
+	layer.LendFd(s.lower, func(fd int) { unix.Flock(fd, unix.LOCK_UN) })
+	s.wlocked = false
 }

@@ -5,11 +5,13 @@ package codec
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -359,5 +361,68 @@ func TestSharedClosedFileReleased(t *testing.T) {
 				t.Fatalf("read again: %d bytes, %v; want %d", len(got), err, len(want))
 			}
 		})
+	}
+}
+
+// TestSharedOneWriter: two clients of one shared lower (two stacks over
+// one directory, each claimed shared, as two machines mounting a volume
+// with cairn mount -shared): while one has a file open for writing, the
+// other's open for writing is refused with EBUSY (both would append
+// records at one log end); reading is not. Once the writer closes, the
+// other may write, and the first one's handle, still open, is then refused
+// in turn at its next write. Through real mounts, with system calls.
+func TestSharedOneWriter(t *testing.T) {
+	lower := t.TempDir()
+	mount := func() *mounttest.Mounted {
+		fs := newStackAt(t, lower, "zstd", Options{ChunkSize: 4 << 10})
+		if err := fs.Claim(layer.WithSharedClaim(context.Background())); err != nil {
+			t.Fatal(err)
+		}
+		return mounttest.MountOpts(t, fs, fusefs.Options{Shared: true})
+	}
+	a, b := mount(), mount()
+	if err := os.WriteFile(a.Path("f"), []byte("first\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fa, err := os.OpenFile(a.Path("f"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fa.Close()
+	if _, err := fa.WriteString("by a\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.OpenFile(b.Path("f"), os.O_WRONLY, 0); !errors.Is(err, syscall.EBUSY) {
+		t.Fatalf("b opens for writing while a writes: %v, want EBUSY", err)
+	}
+	if err := os.Truncate(b.Path("f"), 0); !errors.Is(err, syscall.EBUSY) {
+		t.Fatalf("b truncates while a writes: %v, want EBUSY", err)
+	}
+	if got, err := os.ReadFile(b.Path("f")); err != nil || string(got) != "first\n" {
+		t.Fatalf("b reads while a writes: %q, %v", got, err)
+	}
+	// a's close lets go: b may write at once.
+	dup, err := syscall.Dup(int(fa.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Close(dup); err != nil { // a FLUSH of a's handle
+		t.Fatal(err)
+	}
+	fb, err := os.OpenFile(b.Path("f"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatalf("b opens for writing after a's close: %v", err)
+	}
+	if _, err := fb.WriteString("by b\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fa.WriteString("a again\n"); !errors.Is(err, syscall.EBUSY) {
+		t.Fatalf("a writes through its open handle while b writes: %v, want EBUSY", err)
+	}
+	if err := fb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(a.Path("f")); err != nil || string(got) != "first\nby a\nby b\n" {
+		t.Fatalf("a reads after b's close: %q, %v", got, err)
 	}
 }

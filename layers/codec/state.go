@@ -39,6 +39,11 @@ type state struct {
 	// then stale (dropStale). Guarded by mu.
 	stamp   stamp
 	stampOK bool
+	// writers are the handles open for writing; wlocked: the lower file
+	// holds this client's writer lock (lockWriter). Only for a shared
+	// lower. Guarded by mu.
+	writers int
+	wlocked bool
 
 	mu    sync.Mutex
 	path  string // for log lines
