@@ -401,6 +401,12 @@ func Mount(mountpoint string, top layer.FS, o Options) (*Server, error) {
 	if o.Shared {
 		entry, attr, negative = 0, 0, 0
 	}
+	if st.fscaps&layer.FSXattrCache != 0 {
+		st.xattrTTL = *timeout(o.AttrTimeout, attr)
+		if exclusive && o.AttrTimeout == 0 {
+			st.xattrTTL = -1 // nothing changes the lowers but the mount
+		}
+	}
 	opts := &fs.Options{
 		MountOptions:    mopts,
 		EntryTimeout:    timeout(o.EntryTimeout, entry),

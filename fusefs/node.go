@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"cairnfs.dev/cairn/third_party/gofuse/fs"
 	"cairnfs.dev/cairn/third_party/gofuse/fuse"
@@ -31,12 +32,15 @@ type state struct {
 	log           *slog.Logger
 	root          *node
 	inos          inoMap
-	finds         bool  // the stack finds objects by identity (layer.CanFind): file handles work
-	xattrReplaces bool  // a layer may replace an object on an xattr change (layer.ReplacesOnXattr)
-	cacheDirs     bool  // the kernel keeps directory listings (see Options.AttrTimeout)
-	shared        bool  // Options.Shared: no page cache kept across opens either
-	writeback     bool  // Options.Writeback: the kernel's writeback cache (writeback.go)
-	known         known // what finding them needs (see handles.go)
+	finds         bool // the stack finds objects by identity (layer.CanFind): file handles work
+	xattrReplaces bool // a layer may replace an object on an xattr change (layer.ReplacesOnXattr)
+	cacheDirs     bool // the kernel keeps directory listings (see Options.AttrTimeout)
+	shared        bool // Options.Shared: no page cache kept across opens either
+	// xattrTTL: how long a node remembers that it lacks a common xattr
+	// (xattrcache.go); negative: until it changes; 0: not at all.
+	xattrTTL  time.Duration
+	writeback bool  // Options.Writeback: the kernel's writeback cache (writeback.go)
+	known     known // what finding them needs (see handles.go)
 	// Passthrough (passthrough.go).
 	srv      *fuse.Server
 	ptMu     sync.Mutex
@@ -145,6 +149,7 @@ type node struct {
 	// shadowed: another object was given a new number while this node
 	// had files open on the number they share (see shadow.go).
 	shadowed atomic.Bool
+	noX      noXattr // xattrs known to be missing (xattrcache.go)
 }
 
 var (
@@ -340,6 +345,7 @@ func (n *node) getattr(ctx context.Context, f fs.FileHandle) (layer.Attr, syscal
 }
 
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	n.noX.forget() // a chmod, chown or write may change its xattrs
 	var sa layer.SetAttr
 	if m, ok := in.GetMode(); ok {
 		sa.Valid |= layer.SetMode
@@ -699,9 +705,15 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	if n.st.fscaps&layer.FSXattr == 0 {
 		return 0, syscall.EOPNOTSUPP
 	}
+	hit, w, bit := n.cachedNoXattr(attr)
+	if hit {
+		return 0, syscall.ENODATA
+	}
 	sz, err := n.st.top.Getxattr(callerCtx(ctx), p, attr, dest)
 	if err != nil {
-		return uint32(sz), n.st.errno("getxattr", p, err)
+		errno := n.st.errno("getxattr", p, err)
+		n.noteNoXattr(errno, w, bit)
+		return uint32(sz), errno
 	}
 	return uint32(sz), 0
 }
@@ -715,6 +727,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 		return syscall.EOPNOTSUPP
 	}
 	cctx := callerCtx(ctx)
+	n.noX.forget()
 	if err := n.st.top.Setxattr(cctx, p, attr, data, int(flags)); err != nil {
 		return n.st.errno("setxattr", p, err)
 	}
@@ -761,6 +774,7 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if n.st.fscaps&layer.FSXattr == 0 {
 		return syscall.EOPNOTSUPP
 	}
+	n.noX.forget()
 	err := n.st.top.Removexattr(callerCtx(ctx), p, attr)
 	if err == nil {
 		n.aclChanged(attr)

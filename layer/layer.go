@@ -178,6 +178,12 @@ const (
 	// the mtime and ctime itself (a SETATTR at close). A layer whose
 	// guarantees need the caller or the order of each write(2) masks it.
 	FSWriteback
+	// FSXattrCache: the layer answers getxattr the same to every caller
+	// and from what it stores, so that the frontend may remember that a
+	// file lacks a common xattr until the file changes through the mount
+	// (fusefs/xattrcache.go). A layer that judges callers (acl) or must
+	// see each call (snoop) masks it.
+	FSXattrCache
 	FSAll FSCaps = 1<<iota - 1
 )
 

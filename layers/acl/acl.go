@@ -174,4 +174,6 @@ func (fs *FS) denied(c *who, op *layer.Op, k Class, path, rule string, err error
 // setattr would see its close fail, and a rule refusing setattr to some
 // would not hold against touch. (Writes themselves are judged at open, or
 // by the opener's identity: those would be safe.)
-func (fs *FS) FSCaps() layer.FSCaps { return fs.Hooked.FSCaps() &^ layer.FSWriteback }
+func (fs *FS) FSCaps() layer.FSCaps {
+	return fs.Hooked.FSCaps() &^ (layer.FSWriteback | layer.FSXattrCache)
+}

@@ -162,4 +162,6 @@ func known(op string) bool {
 // happens to close or fsync the file), merged and reordered, and sets the
 // mtime itself: the log would name the wrong process and user, and miss
 // the writes as the application made them.
-func (fs *FS) FSCaps() layer.FSCaps { return fs.Hooked.FSCaps() &^ layer.FSWriteback }
+func (fs *FS) FSCaps() layer.FSCaps {
+	return fs.Hooked.FSCaps() &^ (layer.FSWriteback | layer.FSXattrCache)
+}
