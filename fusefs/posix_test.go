@@ -461,11 +461,14 @@ setfacl -m u:65534:- f; su -s /bin/sh nobody -c 'cat f' || echo nobody cannot re
 mkdir d && setfacl -m u:65534:rwx d && setfacl -d -m u::rwx,g::rwx,o::rwx,u:65534:rwx d && getfacl -n d
 su -s /bin/sh nobody -c 'umask 022; touch d/g; mkdir d/e' && getfacl -n d/g d/e && stat -c '%n %a' d/g d/e
 setfacl -b f && getfacl -n f && stat -c %a f
+mkdir k && umask 077 && touch k/before && setfacl -d -m u::rwx,g::rwx,o::rwx k && touch k/after && mkdir k/sub && stat -c '%n %a' k/before k/after k/sub
+setfacl -k k && touch k/again && stat -c '%n %a' k/again
 `
 
 // TestPosixACL: ACLs set through the mount can be read back, the modes
 // they imply are current at once, a second user gets what they grant, and
-// a default ACL replaces the umask of new objects, as on ext4. (crypt stores
+// a default ACL replaces the umask of new objects, as on ext4, also in a
+// directory where a create just found none (the local layer keeps that). (crypt stores
 // ACLs in the clear for that: xfstests generic/099, 319.)
 func TestPosixACL(t *testing.T) {
 	mounttest.NeedRoot(t)

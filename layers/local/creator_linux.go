@@ -148,13 +148,22 @@ func (j *job) do() (error, bool) {
 // have a default ACL: true unless the lower says it has none (ENODATA) or
 // keeps no ACLs (EOPNOTSUPP). It asks getxattrat(2) for "." in dfd, since
 // fgetxattr refuses O_PATH descriptors; a kernel older than 6.13 goes
-// through /proc/self/fd.
-func hasDefaultACL(dfd int) bool {
+// through /proc/self/fd. The answer "none" is kept with a cached directory
+// descriptor (a second at most, dirCache): a create costs no getxattr of
+// its directory then, which on a network lower is a round trip.
+func (fs *FS) hasDefaultACL(dfd int) bool {
+	if fs.dirs.noDefaultACL(dfd) {
+		return false
+	}
 	_, err := getxattrat(dfd, ".", "system.posix_acl_default", nil)
 	if err == unix.ENOSYS {
 		_, err = unix.Getxattr("/proc/self/fd/"+strconv.Itoa(dfd), "system.posix_acl_default", nil)
 	}
-	return err != layer.ENOATTR && err != unix.EOPNOTSUPP
+	if err == layer.ENOATTR || err == unix.EOPNOTSUPP {
+		fs.dirs.setNoDefaultACL(dfd)
+		return false
+	}
+	return true
 }
 
 // asCaller runs mk, which creates an object in directory dfd with the mode
@@ -189,7 +198,7 @@ func (fs *FS) direct(c *layer.Caller, dfd int) bool {
 	if fs.umask&^(c.Umask&0o777) != 0 {
 		return false
 	}
-	return !hasDefaultACL(dfd)
+	return !fs.hasDefaultACL(dfd)
 }
 
 func setgroups(g []uint32) error {

@@ -29,13 +29,18 @@ type dirCache struct {
 	off     bool // nothing is kept (Share: other machines rename directories)
 	mu      sync.Mutex
 	m       map[string]*dirEnt
-	renames uint64 // counts invalidations; an open that spans one is not kept
+	byFd    map[int]*dirEnt // the entries of m, by descriptor
+	renames uint64          // counts invalidations; an open that spans one is not kept
 }
 
 type dirEnt struct {
 	fd    int
 	refs  int // users, plus one while in the map
 	since time.Time
+	// noDefACL: the directory was found to have no default ACL (see
+	// FS.hasDefaultACL); an entry lives a second at most, and a change of
+	// the directory's ACL through the layer drops it.
+	noDefACL bool
 }
 
 const (
@@ -68,11 +73,13 @@ func (c *dirCache) get(dir string, open func() (int, error)) (int, func(), error
 	if gen == c.renames && c.m[dir] == nil && !c.off {
 		if c.m == nil {
 			c.m = make(map[string]*dirEnt)
+			c.byFd = make(map[int]*dirEnt)
 		}
 		if len(c.m) >= c.size {
 			c.evict(now)
 		}
 		c.m[dir] = e
+		c.byFd[fd] = e
 		e.refs++
 	}
 	c.mu.Unlock()
@@ -91,6 +98,7 @@ func (c *dirCache) release(e *dirEnt) {
 // drop removes an entry from the map (c.mu held).
 func (c *dirCache) drop(dir string, e *dirEnt) {
 	delete(c.m, dir)
+	delete(c.byFd, e.fd)
 	e.refs--
 	if e.refs == 0 {
 		unix.Close(e.fd)
@@ -140,4 +148,23 @@ func (c *dirCache) share() {
 	for dir, e := range c.m {
 		c.drop(dir, e)
 	}
+}
+
+// noDefaultACL reports whether the directory of the cached descriptor fd
+// is known to have no default ACL.
+func (c *dirCache) noDefaultACL(fd int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.byFd[fd]
+	return e != nil && e.noDefACL
+}
+
+// setNoDefaultACL notes that the directory of fd has no default ACL, if fd
+// is a cached descriptor.
+func (c *dirCache) setNoDefaultACL(fd int) {
+	c.mu.Lock()
+	if e := c.byFd[fd]; e != nil {
+		e.noDefACL = true
+	}
+	c.mu.Unlock()
 }

@@ -419,6 +419,9 @@ func (fs *FS) Getxattr(ctx context.Context, path, attr string, dest []byte) (n i
 }
 
 func (fs *FS) Setxattr(ctx context.Context, path, attr string, value []byte, flags int) error {
+	if attr == "system.posix_acl_default" {
+		defer fs.dirs.invalidate(path) // its absence may be kept (hasDefaultACL)
+	}
 	return fs.inDir(path, func(dfd int, name string) error {
 		return setxattrat(dfd, name, attr, value, flags)
 	})
@@ -433,6 +436,9 @@ func (fs *FS) Listxattr(ctx context.Context, path string, dest []byte) (n int, e
 }
 
 func (fs *FS) Removexattr(ctx context.Context, path, attr string) error {
+	if attr == "system.posix_acl_default" {
+		defer fs.dirs.invalidate(path)
+	}
 	return fs.inDir(path, func(dfd int, name string) error {
 		return removexattrat(dfd, name, attr)
 	})
