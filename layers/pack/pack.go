@@ -41,10 +41,11 @@ type Options struct {
 	Logger     *slog.Logger
 }
 
-// DefaultMaxSize packs files that take a single block on a 4 KiB-block
-// file system and are not nearly full: a file of 3 KiB and more gains
-// less than a quarter of its block (docs/pack.md, "Space").
-const DefaultMaxSize = 3072
+// DefaultMaxSize packs every file under one 4 KiB block (the issue's "a
+// file under one block should not cost a block"); measured on the Go tree
+// under zstd (docs/pack.md, "Space"): 1 KiB saves 17.3 MB of 74.7, 2 KiB
+// 23.5, 3 KiB 24.9, 4095 bytes 25.2.
+const DefaultMaxSize = 4095
 
 // FS is a pack layer over one lower layer.
 type FS struct {
