@@ -59,19 +59,29 @@ func newStack(t *testing.T, lower string, withCodec bool, o Options) (layer.FS, 
 // lowerRef reads the ref of a lower file (ok false: none).
 func lowerRef(t *testing.T, path string) (ref, bool) {
 	t.Helper()
-	b := make([]byte, 64)
-	n, err := unix.Lgetxattr(path, XattrName, b)
-	if err == unix.ENODATA {
-		return ref{}, false
-	}
-	if err != nil {
-		t.Fatalf("getxattr %s: %v", path, err)
-	}
-	r, err := decodeRef(b[:n])
+	r, ok, err := lowerRefErr(path)
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
-	return r, true
+	return r, ok
+}
+
+func lowerRefNoFail(path string) (ref, bool) {
+	r, ok, _ := lowerRefErr(path)
+	return r, ok
+}
+
+func lowerRefErr(path string) (ref, bool, error) {
+	b := make([]byte, 64)
+	n, err := unix.Lgetxattr(path, XattrName, b)
+	if err == unix.ENODATA {
+		return ref{}, false, nil
+	}
+	if err != nil {
+		return ref{}, false, err
+	}
+	r, err := decodeRef(b[:n])
+	return r, err == nil, err
 }
 
 // waitPacked waits until the lower files at paths are packed.
