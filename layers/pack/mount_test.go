@@ -535,3 +535,46 @@ func TestFsx(t *testing.T) {
 	}
 	t.Logf("%d files packed between operations", packs)
 }
+
+// TestFifoOpenHoldsNothing: an open of a FIFO that waits for a writer
+// holds no lock of the layer: a rename of a directory and a packed file's
+// open go on meanwhile.
+func TestFifoOpenHoldsNothing(t *testing.T) {
+	_, m, _ := packedMount(t, Options{}, map[string][]byte{"d/f": []byte("x")})
+	if err := unix.Mkfifo(m.Path("fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opened := make(chan error, 1)
+	go func() {
+		f, err := os.Open(m.Path("fifo"))
+		if err == nil {
+			f.Close()
+		}
+		opened <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	done := make(chan error, 1)
+	go func() {
+		err := os.Rename(m.Path("d"), m.Path("e"))
+		if err == nil {
+			_, err = os.ReadFile(m.Path("e/f"))
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a rename waits for the open of a FIFO")
+	}
+	w, err := os.OpenFile(m.Path("fifo"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if err := <-opened; err != nil {
+		t.Fatal(err)
+	}
+}

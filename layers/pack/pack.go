@@ -78,6 +78,7 @@ type FS struct {
 	report  atomic.Pointer[func(layer.ID)]
 
 	passMu sync.Mutex
+	probe  sync.Once // canUnpack
 	quit   chan struct{}
 	done   chan struct{}
 
@@ -861,6 +862,18 @@ func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, err
 	if reserved(path) {
 		return nil, syscall.ENOENT
 	}
+	// Only a regular file is opened under the directory's lock: the open
+	// of a FIFO may wait for a writer for good.
+	if a, err := fs.Lower.Getattr(ctx, path); err == nil && !a.IsRegular() {
+		lf, err := fs.Lower.Open(ctx, path, flags)
+		if err != nil {
+			return nil, err
+		}
+		if b, err := lf.Getattr(ctx); err != nil || !b.IsRegular() {
+			return lf, err
+		}
+		lf.Release(ctx) // a regular file now: again, under the lock
+	}
 	fs.renameMu.RLock()
 	defer fs.renameMu.RUnlock()
 	dir, _ := layer.Split(path)
@@ -876,6 +889,11 @@ func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, err
 func (fs *FS) Create(ctx context.Context, path string, flags int, mode uint32) (layer.File, layer.Attr, error) {
 	if reserved(path) {
 		return nil, layer.Attr{}, syscall.EPERM
+	}
+	if flags&unix.O_EXCL == 0 {
+		if a, err := fs.Lower.Getattr(ctx, path); err == nil && !a.IsRegular() {
+			return fs.Lower.Create(ctx, path, flags, mode) // a FIFO's open may wait (see Open)
+		}
 	}
 	fs.renameMu.RLock()
 	defer fs.renameMu.RUnlock()

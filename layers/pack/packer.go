@@ -185,6 +185,9 @@ func (fs *FS) packDir(ctx context.Context, dir string, final bool) error {
 	}
 	// Append the records, durably.
 	sctx := layer.AsSelf(ctx)
+	if !fs.canUnpack(sctx, layer.Join(dir, batch[0].name)) {
+		return nil
+	}
 	created := false
 	if curSize < int64(len(packMagic)) {
 		if curSize >= 0 {
@@ -240,6 +243,32 @@ func (fs *FS) packDir(ctx context.Context, dir string, final bool) error {
 }
 
 var errStop = errors.New("packing turned off")
+
+// canUnpack checks, once, that the lower's files can be opened again from
+// their descriptors and give one (layer.FileReopener, PassthroughFd): an
+// unpack through a file open through the layer needs both (local's files
+// have them). path is a regular file to try it on.
+func (fs *FS) canUnpack(ctx context.Context, path string) bool {
+	fs.probe.Do(func() {
+		f, err := fs.Lower.Open(ctx, path, unix.O_RDONLY)
+		if err == nil {
+			var g layer.File
+			if g, err = layer.ReopenFile(ctx, f, unix.O_RDONLY); err == nil {
+				if fd, ok := g.PassthroughFd(); ok {
+					unix.Close(fd)
+				} else {
+					err = errors.New("its files give no descriptor")
+				}
+				g.Release(ctx)
+			}
+			f.Release(ctx)
+		}
+		if err != nil {
+			fs.turnOff(fmt.Sprintf("the lower's files cannot be opened again by descriptor, which unpacking an open file needs (%v)", err))
+		}
+	})
+	return !fs.off.Load()
+}
 
 // packOne sets c's ref and empties it; the directory's lock is held.
 func (fs *FS) packOne(ctx context.Context, dir string, c *candidate, final bool) error {
