@@ -73,7 +73,7 @@ func (fs *FS) checkDir(ctx context.Context, dir string, mode layer.CheckMode, fi
 	var lines []string
 	say := func(f string, args ...any) { lines = append(lines, fmt.Sprintf(f, args...)) }
 	if err != nil {
-		d.mu.Unlock()
+		fs.unlockDir(d)
 		fs.renameMu.RUnlock()
 		fr.Err, fr.OK = err, false
 		fr.Text = fr.Path + ": cannot check: " + err.Error()
@@ -143,7 +143,7 @@ func (fs *FS) checkDir(ctx context.Context, dir string, mode layer.CheckMode, fi
 			fr.Repaired = true
 		}
 	}
-	d.mu.Unlock()
+	fs.unlockDir(d)
 	fs.renameMu.RUnlock()
 	fr.OK = fr.Damaged == 0 && fr.Problems == 0
 	if len(lines) > 0 {

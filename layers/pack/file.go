@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -26,11 +27,7 @@ type File struct {
 }
 
 // data returns the bytes of the file if it is packed (ok false: it is not).
-func (f *File) data() ([]byte, bool) {
-	f.n.mu.Lock()
-	defer f.n.mu.Unlock()
-	return f.n.data, f.n.packed
-}
+func (f *File) data() ([]byte, bool) { return f.n.state() }
 
 func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	f.n.io.RLock()
@@ -67,7 +64,23 @@ func (f *File) change(ctx context.Context, fn func() error) error {
 		f.n.use()
 		err := fn()
 		f.n.io.RUnlock()
+		f.changed()
 		return err
+	}
+}
+
+// changed notes a change of the file: its directory is looked at for
+// files to pack (again at most every half delay: a codec above keeps the
+// file open and writes through it for good).
+func (f *File) changed() {
+	n := f.n
+	n.changed.Store(true)
+	now := time.Now().UnixNano()
+	if last := n.markedAt.Load(); now-last > int64(f.fs.o.Delay/2) && n.markedAt.CompareAndSwap(last, now) {
+		n.mu.Lock()
+		dir := n.dir
+		n.mu.Unlock()
+		f.fs.markDirty(dir)
 	}
 }
 
@@ -83,7 +96,7 @@ func (f *File) unpack(ctx context.Context) error {
 	dir := f.n.dir
 	f.n.mu.Unlock()
 	d := fs.lockDir(dir)
-	defer d.mu.Unlock()
+	defer fs.unlockDir(d)
 	f.n.mu.Lock()
 	defer f.n.mu.Unlock()
 	if !f.n.packed {

@@ -59,8 +59,7 @@ type FS struct {
 	renameMu sync.RWMutex
 
 	mu sync.Mutex
-	// dirs are the directories' locks and what is known of their packs,
-	// by lower path.
+	// dirs are the directories' locks held or waited for, by lower path.
 	dirs map[string]*dirState
 	// nodes are the regular files open through the layer, by identity.
 	nodes map[layer.ID]*node
@@ -86,9 +85,11 @@ type FS struct {
 	release func()
 }
 
-// dirState is one directory's lock and what is known of its packs.
+// dirState is one directory's lock.
 type dirState struct {
-	mu sync.Mutex
+	mu   sync.Mutex
+	key  string // its path (a directory's rename waits for no one to hold it)
+	refs int    // holders and waiters, under FS.mu
 }
 
 // node is a regular file open through the layer. A file may be packed
@@ -107,9 +108,20 @@ type node struct {
 	pinned int    // files that gave their descriptor (PassthroughFd)
 	// lastUse is when it was last read or written (unix nanoseconds).
 	lastUse atomic.Int64
+	// changed: written through the layer (its directory is looked at
+	// again after its release); markedAt: when a change last did.
+	changed  atomic.Bool
+	markedAt atomic.Int64
 }
 
 func (n *node) use() { n.lastUse.Store(time.Now().UnixNano()) }
+
+// state is the node's bytes, if it is packed.
+func (n *node) state() ([]byte, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.data, n.packed
+}
 
 // New stacks a pack layer over lower.
 func New(lower layer.FS, o Options) (*FS, error) {
@@ -242,31 +254,43 @@ func reserved(path string) bool {
 	return reservedName(name)
 }
 
-// lockDir takes dir's lock; fs.renameMu is held.
+// lockDir takes dir's lock; fs.renameMu is held. The directory's entry
+// lives while someone holds or waits for it (unlockDir).
 func (fs *FS) lockDir(dir string) *dirState {
 	fs.mu.Lock()
 	d := fs.dirs[dir]
 	if d == nil {
-		d = &dirState{}
+		d = &dirState{key: dir}
 		fs.dirs[dir] = d
 	}
+	d.refs++
 	fs.mu.Unlock()
 	d.mu.Lock()
 	return d
+}
+
+// unlockDir lets go of a lock lockDir took.
+func (fs *FS) unlockDir(d *dirState) {
+	d.mu.Unlock()
+	fs.mu.Lock()
+	if d.refs--; d.refs == 0 {
+		delete(fs.dirs, d.key)
+	}
+	fs.mu.Unlock()
 }
 
 // lockDirs takes the locks of two directories, in order.
 func (fs *FS) lockDirs(a, b string) func() {
 	if a == b {
 		d := fs.lockDir(a)
-		return d.mu.Unlock
+		return func() { fs.unlockDir(d) }
 	}
 	if b < a {
 		a, b = b, a
 	}
 	da := fs.lockDir(a)
 	db := fs.lockDir(b)
-	return func() { db.mu.Unlock(); da.mu.Unlock() }
+	return func() { fs.unlockDir(db); fs.unlockDir(da) }
 }
 
 // moveDir moves the paths under old to new after a rename of a directory;
@@ -291,11 +315,7 @@ func (fs *FS) moveDir(old, new string, exchange bool) {
 		}
 		return p
 	}
-	dirs := map[string]*dirState{}
-	for p, d := range fs.dirs {
-		dirs[mv(p)] = d
-	}
-	fs.dirs = dirs
+	// fs.dirs is empty: every holder holds renameMu too.
 	dirty := map[string]time.Time{}
 	for p, t := range fs.dirty {
 		dirty[mv(p)] = t
@@ -540,7 +560,7 @@ func (fs *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (laye
 		if err == nil {
 			a, err = fs.Lower.Setattr(ctx, path, in)
 		}
-		d.mu.Unlock()
+		fs.unlockDir(d)
 		fs.renameMu.RUnlock()
 		if err != nil {
 			return a, err
@@ -741,7 +761,7 @@ func (fs *FS) Unlink(ctx context.Context, path string) error {
 	defer fs.renameMu.RUnlock()
 	dir, _ := layer.Split(path)
 	d := fs.lockDir(dir)
-	defer d.mu.Unlock()
+	defer fs.unlockDir(d)
 	dead := fs.packedSize(ctx, path)
 	if err := fs.Lower.Unlink(ctx, path); err != nil {
 		return err
@@ -775,7 +795,7 @@ func (fs *FS) Rmdir(ctx context.Context, path string) error {
 	fs.renameMu.RLock()
 	defer fs.renameMu.RUnlock()
 	d := fs.lockDir(path)
-	defer d.mu.Unlock()
+	defer fs.unlockDir(d)
 	ents, err := fs.Lower.ReadDir(ctx, path, false)
 	if err == nil && len(ents) > 0 {
 		only := true
@@ -878,7 +898,7 @@ func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, err
 	defer fs.renameMu.RUnlock()
 	dir, _ := layer.Split(path)
 	d := fs.lockDir(dir)
-	defer d.mu.Unlock()
+	defer fs.unlockDir(d)
 	lf, err := fs.Lower.Open(ctx, path, flags)
 	if err != nil {
 		return nil, err
@@ -899,7 +919,7 @@ func (fs *FS) Create(ctx context.Context, path string, flags int, mode uint32) (
 	defer fs.renameMu.RUnlock()
 	dir, _ := layer.Split(path)
 	d := fs.lockDir(dir)
-	defer d.mu.Unlock()
+	defer fs.unlockDir(d)
 	lf, a, err := fs.Lower.Create(ctx, path, flags, mode)
 	if err != nil {
 		return nil, a, err
@@ -991,7 +1011,9 @@ func (fs *FS) wrap(ctx context.Context, path string, lf layer.File, flags int) (
 		}
 	}
 	n.use()
-	fs.markDirty(dir)
+	if _, packed := n.state(); !packed && a.Size <= uint64(fs.o.MaxSize) {
+		fs.markDirty(dir)
+	}
 	return &File{BaseFile: layer.BaseFile{Lower: lf}, fs: fs, n: n, id: id, flags: flags}, nil
 }
 
@@ -1008,7 +1030,7 @@ func (fs *FS) put(ctx context.Context, id layer.ID, n *node, dir string) {
 		delete(fs.nodes, id)
 	}
 	fs.mu.Unlock()
-	if last {
+	if last && n.changed.Load() {
 		fs.markDirty(dir)
 	}
 }

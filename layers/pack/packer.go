@@ -110,7 +110,7 @@ func (fs *FS) packDir(ctx context.Context, dir string, final bool) error {
 	fs.renameMu.RLock()
 	defer fs.renameMu.RUnlock()
 	d := fs.lockDir(dir)
-	defer d.mu.Unlock()
+	defer fs.unlockDir(d)
 	ents, err := fs.Lower.ReadDir(ctx, dir, true)
 	if err != nil {
 		return err
@@ -383,7 +383,7 @@ func (fs *FS) compactDir(ctx context.Context, dir string, force bool) (string, e
 	fs.renameMu.RLock()
 	defer fs.renameMu.RUnlock()
 	d := fs.lockDir(dir)
-	defer d.mu.Unlock()
+	defer fs.unlockDir(d)
 	s, err := fs.scanDir(ctx, dir)
 	if err != nil {
 		return "", err
