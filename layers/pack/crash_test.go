@@ -187,3 +187,39 @@ func writeSync(path string, b []byte, flag int) error {
 	}
 	return f.Close()
 }
+
+// TestShared: a mount with -shared packs nothing (another machine may have
+// the file open), reads what an earlier mount packed, and unpacks it when
+// it is written.
+func TestShared(t *testing.T) {
+	lower := t.TempDir()
+	spec := fmt.Sprintf("mount = \"pack\"\n[layer.base]\ntype = \"local\"\npath = %q\n[layer.pack]\ntype = \"pack\"\nover = \"base\"\ndelay = \"1ms\"\n", lower)
+	p := mounttest.MountSpec(t, spec)
+	if err := os.WriteFile(p.Path("old"), []byte("packed before"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitPacked(t, filepath.Join(lower, "old"))
+	p.Unmount()
+	p2 := mounttest.MountSpec(t, spec, "-shared")
+	if err := os.WriteFile(p2.Path("new"), []byte("not packed"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(p2.Path("old")); err != nil || string(b) != "packed before" {
+		t.Fatalf("a packed file through a shared mount: %q, %v", b, err)
+	}
+	f, err := os.OpenFile(p2.Path("old"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte(", then written"))
+	f.Close()
+	time.Sleep(300 * time.Millisecond)
+	for name, want := range map[string]string{"new": "not packed", "old": "packed before, then written"} {
+		if b, err := os.ReadFile(filepath.Join(lower, name)); err != nil || string(b) != want {
+			t.Fatalf("lower %s: %q, %v (want %q, unpacked)", name, b, err, want)
+		}
+		if _, ok := lowerRef(t, filepath.Join(lower, name)); ok {
+			t.Fatalf("lower %s carries a ref", name)
+		}
+	}
+}
