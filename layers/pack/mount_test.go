@@ -577,3 +577,74 @@ func TestFifoOpenHoldsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPackUnderOpenFile: a file open through the layer (not passed
+// through: a codec above holds its files so) is packed under its readers
+// and writers, which read the same bytes before, during and after, and
+// whose write unpacks it.
+func TestPackUnderOpenFile(t *testing.T) {
+	lower := t.TempDir()
+	l, _ := local.New(lower)
+	p, err := New(l, Options{Delay: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+	want := bytes.Repeat([]byte("0123456789"), 300)
+	if err := layer.WriteFile(ctx, p, "f", want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := p.Open(ctx, "f", unix.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	errs := make(chan error, 1)
+	go func() {
+		defer close(errs)
+		buf := make([]byte, 4000)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			n, _ := f.ReadAt(ctx, buf, 0)
+			if !bytes.Equal(buf[:n], want) {
+				errs <- fmt.Errorf("read %d bytes, not the file's", n)
+				return
+			}
+		}
+	}()
+	time.Sleep(20 * time.Millisecond)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		p.markDirty("")
+		p.pass(true) // (false would wait for the reads to stop for delay)
+		if _, ok := lowerRef(t, filepath.Join(lower, "f")); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a file open through the layer (no passthrough) was not packed")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	close(stop)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	if a, err := f.Getattr(ctx); err != nil || a.Size != uint64(len(want)) {
+		t.Fatalf("fgetattr of the packed file: %d, %v", a.Size, err)
+	}
+	if _, err := f.WriteAt(ctx, []byte("X"), 5); err != nil {
+		t.Fatal(err)
+	}
+	want[5] = 'X'
+	f.Release(ctx)
+	unpacked(t, filepath.Join(lower, "f"), len(want))
+	if b, _ := os.ReadFile(filepath.Join(lower, "f")); !bytes.Equal(b, want) {
+		t.Fatal("the lower file after the write is not the file")
+	}
+}

@@ -273,18 +273,9 @@ func (fs *FS) canUnpack(ctx context.Context, path string) bool {
 // packOne sets c's ref and empties it; the directory's lock is held.
 func (fs *FS) packOne(ctx context.Context, dir string, c *candidate, final bool) error {
 	p := layer.Join(dir, c.name)
-	// The file may have changed since it was read: only the directory's
-	// operations are held off, not another process's writes below.
-	a, err := fs.Lower.Getattr(ctx, p)
-	if err != nil {
-		return err
-	}
-	if a.ID() != c.a.ID() || a.Size != c.a.Size || a.Mtime != c.a.Mtime || a.Ctime != c.a.Ctime || a.Nlink != 1 {
-		return nil // changed: left for another pass
-	}
 	// A file open through the layer: its reads and writes wait, and
 	// read its bytes from memory after (see node).
-	n := fs.node(a.ID())
+	n := fs.node(c.a.ID())
 	if n != nil {
 		n.io.Lock()
 		defer n.io.Unlock()
@@ -293,6 +284,16 @@ func (fs *FS) packOne(ctx context.Context, dir string, c *candidate, final bool)
 		if n.pinned > 0 || n.packed || time.Since(time.Unix(0, n.lastUse.Load())) < fs.o.Delay && !final {
 			return nil
 		}
+	}
+	// The file may have changed since it was read (through a file open
+	// through the layer before the lock above, or by another process
+	// below): then it is left for another pass.
+	a, err := fs.Lower.Getattr(ctx, p)
+	if err != nil {
+		return err
+	}
+	if a.ID() != c.a.ID() || a.Size != c.a.Size || a.Mtime != c.a.Mtime || a.Ctime != c.a.Ctime || a.Nlink != 1 {
+		return nil
 	}
 	if err := fs.Lower.Setxattr(ctx, p, XattrName, c.r.encode(), 0); err != nil {
 		if err == syscall.ENOTSUP || err == syscall.EOPNOTSUPP {
