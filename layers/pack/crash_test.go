@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"cairnfs.dev/cairn/internal/fsx"
 	"cairnfs.dev/cairn/internal/mounttest"
 )
 
@@ -221,5 +222,26 @@ func TestShared(t *testing.T) {
 		if _, ok := lowerRef(t, filepath.Join(lower, name)); ok {
 			t.Fatalf("lower %s carries a ref", name)
 		}
+	}
+}
+
+// TestFsxMmapProcess runs the model with mmap against a pack mount served
+// by a cairn process, packing 1 ms after a file is left alone, with and
+// without passthrough.
+func TestFsxMmapProcess(t *testing.T) {
+	for _, extra := range [][]string{nil, {"--no-passthrough"}} {
+		lower := t.TempDir()
+		spec := fmt.Sprintf("mount = \"pack\"\n[layer.base]\ntype = \"local\"\npath = %q\n[layer.pack]\ntype = \"pack\"\nover = \"base\"\ndelay = \"1ms\"\nmax_size = \"64KiB\"\n", lower)
+		p := mounttest.MountSpec(t, spec, extra...)
+		fsx.Run(t, fsx.Config{Dir: p.Dir, Ops: 4000, Mmap: true, Punch: true, MaxSize: 48 << 10, MaxLen: 8 << 10})
+		p.Unmount()
+		packed := 0
+		ents, _ := os.ReadDir(lower)
+		for _, e := range ents {
+			if _, ok := lowerRefNoFail(filepath.Join(lower, e.Name())); ok {
+				packed++
+			}
+		}
+		t.Logf("%v: %d files packed at the end", extra, packed)
 	}
 }
