@@ -58,7 +58,7 @@ func (fs *FS) pass(final bool) {
 	}
 	var compact []string
 	for _, dir := range sortedKeys(fs.garbage) {
-		if fs.garbage[dir] >= fs.o.CompactMin || final {
+		if fs.garbage[dir] >= fs.o.CompactMin || final && fs.garbage[dir] > 0 {
 			compact = append(compact, dir)
 			delete(fs.garbage, dir)
 		}
@@ -88,8 +88,15 @@ func (fs *FS) pass(final bool) {
 	}
 	for _, dir := range compact {
 		jobs <- func() {
-			if _, err := fs.compactDir(ctx, dir, final); err != nil && !errors.Is(err, syscall.ENOENT) {
+			_, need, err := fs.compactDir(ctx, dir, false)
+			if err != nil && !errors.Is(err, syscall.ENOENT) {
 				fs.log.Warn("pack: cannot compact a directory's packs", "dir", dir, "err", err)
+			}
+			if need > 0 {
+				// Looked at again once that many more bytes are dead.
+				fs.mu.Lock()
+				fs.garbage[dir] += fs.o.CompactMin - need
+				fs.mu.Unlock()
 			}
 		}
 	}
@@ -379,15 +386,16 @@ func (fs *FS) scanDir(ctx context.Context, dir string) (*dirPacks, error) {
 
 // compactDir compacts dir's packs if their dead bytes are more than the
 // live ones and than CompactMin (any dead bytes, if force), and removes
-// packs no file refers to. It says what it did.
-func (fs *FS) compactDir(ctx context.Context, dir string, force bool) (string, error) {
+// packs no file refers to. It says what it did, or how many more bytes
+// must be dead before it would.
+func (fs *FS) compactDir(ctx context.Context, dir string, force bool) (what string, need int64, err error) {
 	fs.renameMu.RLock()
 	defer fs.renameMu.RUnlock()
 	d := fs.lockDir(dir)
 	defer fs.unlockDir(d)
 	s, err := fs.scanDir(ctx, dir)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	var total, live int64
 	for n, size := range s.sizes {
@@ -400,16 +408,17 @@ func (fs *FS) compactDir(ctx context.Context, dir string, force bool) (string, e
 		// No file refers to any: remove them all.
 		for n := range s.sizes {
 			if err := fs.Lower.Unlink(sctx, layer.Join(dir, packName(n))); err != nil && err != syscall.ENOENT {
-				return "", err
+				return "", 0, err
 			}
 		}
 		if len(s.sizes) == 0 {
-			return "", nil
+			return "", 0, nil
 		}
-		return fmt.Sprintf("removed %d unreferenced pack(s)", len(s.sizes)), nil
+		return fmt.Sprintf("removed %d unreferenced pack(s)", len(s.sizes)), 0, nil
 	}
 	if dead <= 0 || !force && (dead <= live || dead < fs.o.CompactMin) {
-		return "", nil
+		// Each byte that dies more is one dead more and one live less.
+		return "", max((live-dead)/2+1, fs.o.CompactMin-dead, 1), nil
 	}
 	// Copy the live records into a new pack.
 	next := s.max + 1
@@ -434,7 +443,7 @@ func (fs *FS) compactDir(ctx context.Context, dir string, force bool) (string, e
 	np := layer.Join(dir, packName(next))
 	pf, _, err := fs.Lower.Create(sctx, np, unix.O_WRONLY|unix.O_EXCL, 0o600)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	k, err := pf.WriteAt(sctx, buf, 0)
 	if err == nil && k != len(buf) {
@@ -449,7 +458,7 @@ func (fs *FS) compactDir(ctx context.Context, dir string, force bool) (string, e
 	}
 	if err != nil {
 		fs.Lower.Unlink(sctx, np)
-		return "", err
+		return "", 0, err
 	}
 	keep := map[uint64]bool{next: true}
 	for name, r := range repoint {
@@ -471,5 +480,5 @@ func (fs *FS) compactDir(ctx context.Context, dir string, force bool) (string, e
 		}
 	}
 	// Open packed files keep their bytes in memory: nothing to move.
-	return fmt.Sprintf("compacted %d dead bytes: %d live record(s) moved to %s, %d pack(s) removed", dead, len(repoint), packName(next), removed), nil
+	return fmt.Sprintf("compacted %d dead bytes: %d live record(s) moved to %s, %d pack(s) removed", dead, len(repoint), packName(next), removed), 0, nil
 }
