@@ -52,8 +52,14 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 // change runs fn, a change of the lower file's bytes, on the file
 // unpacked.
 func (f *File) change(ctx context.Context, fn func() error) error {
+	return f.changeTo(ctx, false, fn)
+}
+
+// changeTo is change; drop: the change leaves none of the bytes (a
+// truncation to 0), which are then not written back.
+func (f *File) changeTo(ctx context.Context, drop bool, fn func() error) error {
 	for {
-		if err := f.unpack(ctx); err != nil {
+		if err := f.unpack(ctx, drop); err != nil {
 			return err
 		}
 		f.n.io.RLock()
@@ -84,8 +90,9 @@ func (f *File) changed() {
 	}
 }
 
-// unpack makes the file an ordinary one before a change of its bytes.
-func (f *File) unpack(ctx context.Context) error {
+// unpack makes the file an ordinary one before a change of its bytes;
+// drop: without its bytes (the change is a truncation to 0).
+func (f *File) unpack(ctx context.Context, drop bool) error {
 	if _, ok := f.data(); !ok {
 		return nil
 	}
@@ -110,12 +117,14 @@ func (f *File) unpack(ctx context.Context) error {
 		return syscall.EIO
 	}
 	defer wf.Release(sctx)
-	a, err := wf.Getattr(sctx)
-	if err != nil {
-		return err
-	}
-	if err := writeBack(sctx, wf, f.n.data, &a); err != nil {
-		return err
+	if !drop {
+		a, err := wf.Getattr(sctx)
+		if err != nil {
+			return err
+		}
+		if err := writeBack(sctx, wf, f.n.data, &a); err != nil {
+			return err
+		}
 	}
 	fd, ok := wf.PassthroughFd()
 	if !ok {
@@ -154,7 +163,7 @@ func (f *File) Getattr(ctx context.Context) (layer.Attr, error) {
 
 func (f *File) Setattr(ctx context.Context, in *layer.SetAttr) (a layer.Attr, err error) {
 	if in.Valid&layer.SetSize != 0 {
-		err = f.change(ctx, func() error {
+		err = f.changeTo(ctx, in.Size == 0, func() error {
 			a, err = f.Lower.Setattr(ctx, in)
 			return err
 		})

@@ -290,6 +290,17 @@ func TestChangesOfPackedFiles(t *testing.T) {
 	want("d/f3", nil)
 	unpacked(t, lp("d/f3"), 0)
 
+	// ftruncate to 0 through an open file, then a write.
+	f, _ = os.OpenFile(mp("d/f11"), os.O_RDWR, 0)
+	if err := f.Truncate(0); err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte("abc"), 1)
+	f.Close()
+	files["d/f11"] = []byte("\x00abc")
+	want("d/f11", files["d/f11"])
+	unpacked(t, lp("d/f11"), 4)
+
 	// O_TRUNC.
 	os.WriteFile(mp("d/f4"), []byte("new"), 0o644)
 	want("d/f4", []byte("new"))
@@ -329,6 +340,9 @@ func TestChangesOfPackedFiles(t *testing.T) {
 	os.Remove(mp("d/f9"))
 	os.Rename(mp("d/f10"), mp("d/f11"))
 	want("d/f11", files["d/f10"])
+	if _, ok := lowerRef(t, lp("d/f11")); !ok {
+		t.Fatal("a packed file renamed over another is not packed any more")
+	}
 
 	// Open for reading while it is packed, then written by another
 	// descriptor: the reader sees the new bytes after.
