@@ -394,6 +394,18 @@ func TestChangesOfPackedFiles(t *testing.T) {
 	if err := os.Remove(mp("g")); err != nil {
 		t.Fatalf("rmdir of a directory with its pack only: %v", err)
 	}
+	// A rename over a directory that holds only its pack.
+	os.Mkdir(mp("g"), 0o755)
+	os.WriteFile(mp("g/x"), []byte("x"), 0o644)
+	m.WaitReleased(t)
+	p.pass(true)
+	waitPacked(t, lp("g/x"))
+	os.Remove(mp("g/x"))
+	os.Mkdir(mp("h"), 0o755)
+	if err := unix.Rename(mp("h"), mp("g")); err != nil { // (os.Rename refuses an existing directory itself)
+		ents, _ := os.ReadDir(lp("g"))
+		t.Fatalf("rename over a directory with its pack only: %v (lower %v)", err, ents)
+	}
 }
 
 // TestCompaction: once most of a directory's packed bytes are dead, its

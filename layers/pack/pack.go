@@ -796,22 +796,8 @@ func (fs *FS) Rmdir(ctx context.Context, path string) error {
 	defer fs.renameMu.RUnlock()
 	d := fs.lockDir(path)
 	defer fs.unlockDir(d)
-	ents, err := fs.Lower.ReadDir(ctx, path, false)
-	if err == nil && len(ents) > 0 {
-		only := true
-		for _, e := range ents {
-			if _, ok := packNumber(e.Name); !ok {
-				only = false
-			}
-		}
-		if only {
-			sctx := layer.AsSelf(ctx)
-			for _, e := range ents {
-				if err := fs.Lower.Unlink(sctx, layer.Join(path, e.Name)); err != nil && err != syscall.ENOENT {
-					return err
-				}
-			}
-		}
+	if err := fs.dropPacks(ctx, path); err != nil {
+		return err
 	}
 	if err := fs.Lower.Rmdir(ctx, path); err != nil {
 		return err
@@ -820,6 +806,27 @@ func (fs *FS) Rmdir(ctx context.Context, path string) error {
 	delete(fs.dirty, path)
 	delete(fs.garbage, path)
 	fs.mu.Unlock()
+	return nil
+}
+
+// dropPacks removes the packs of directory path if it holds nothing else
+// (it looks empty through the layer); its lock is held.
+func (fs *FS) dropPacks(ctx context.Context, path string) error {
+	ents, err := fs.Lower.ReadDir(ctx, path, false)
+	if err != nil || len(ents) == 0 {
+		return nil
+	}
+	for _, e := range ents {
+		if _, ok := packNumber(e.Name); !ok {
+			return nil
+		}
+	}
+	sctx := layer.AsSelf(ctx)
+	for _, e := range ents {
+		if err := fs.Lower.Unlink(sctx, layer.Join(path, e.Name)); err != nil && err != syscall.ENOENT {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -840,6 +847,13 @@ func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32)
 	if oa.IsDir() || (nerr == nil && na.IsDir() && exchange) {
 		fs.renameMu.Lock()
 		defer fs.renameMu.Unlock()
+		if nerr == nil && na.IsDir() && !exchange {
+			// A directory that holds only its packs looks empty: a
+			// rename may replace it.
+			if err := fs.dropPacks(ctx, newpath); err != nil {
+				return err
+			}
+		}
 		if err := fs.Lower.Rename(ctx, oldpath, newpath, flags); err != nil {
 			return err
 		}
