@@ -677,3 +677,40 @@ func TestPackUnderOpenFile(t *testing.T) {
 		t.Fatal("the lower file after the write is not the file")
 	}
 }
+
+// noXattr is a lower that keeps no user xattrs.
+type noXattr struct{ layer.Base }
+
+func (n *noXattr) Setxattr(ctx context.Context, path, name string, value []byte, flags int) error {
+	return syscall.ENOTSUP
+}
+
+// TestNoXattrLower: over a lower that keeps no xattrs nothing is packed,
+// and the files are as they were.
+func TestNoXattrLower(t *testing.T) {
+	lower := t.TempDir()
+	l, _ := local.New(lower)
+	p, err := New(&noXattr{layer.Base{Lower: l}}, Options{Delay: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, name := range []string{"a", "b"} {
+		if err := layer.WriteFile(ctx, p, name, []byte("small "+name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.pass(true)
+	if !p.off.Load() {
+		t.Fatal("packing is still on over a lower without xattrs")
+	}
+	p.Close()
+	for _, name := range []string{"a", "b"} {
+		if b, err := os.ReadFile(filepath.Join(lower, name)); err != nil || string(b) != "small "+name {
+			t.Fatalf("%s: %q, %v", name, b, err)
+		}
+	}
+	if ents, _ := os.ReadDir(lower); len(ents) != 2 {
+		t.Fatalf("the lower holds %v", ents)
+	}
+}

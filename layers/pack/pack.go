@@ -77,7 +77,7 @@ type FS struct {
 	report  atomic.Pointer[func(layer.ID)]
 
 	passMu sync.Mutex
-	probe  sync.Once // canUnpack
+	probe  sync.Once // canPack
 	quit   chan struct{}
 	done   chan struct{}
 

@@ -192,9 +192,6 @@ func (fs *FS) packDir(ctx context.Context, dir string, final bool) error {
 	}
 	// Append the records, durably.
 	sctx := layer.AsSelf(ctx)
-	if !fs.canUnpack(sctx, layer.Join(dir, batch[0].name)) {
-		return nil
-	}
 	created := false
 	if curSize < int64(len(packMagic)) {
 		if curSize >= 0 {
@@ -210,6 +207,12 @@ func (fs *FS) packDir(ctx context.Context, dir string, final bool) error {
 		}
 		pf.Release(sctx)
 		curSize, created = int64(len(packMagic)), true
+	}
+	if !fs.canPack(sctx, layer.Join(dir, packName(cur))) {
+		if created {
+			fs.Lower.Unlink(sctx, layer.Join(dir, packName(cur)))
+		}
+		return nil
 	}
 	var buf []byte
 	for _, c := range batch {
@@ -251,12 +254,21 @@ func (fs *FS) packDir(ctx context.Context, dir string, final bool) error {
 
 var errStop = errors.New("packing turned off")
 
-// canUnpack checks, once, that the lower's files can be opened again from
-// their descriptors and give one (layer.FileReopener, PassthroughFd): an
-// unpack through a file open through the layer needs both (local's files
-// have them). path is a regular file to try it on.
-func (fs *FS) canUnpack(ctx context.Context, path string) bool {
+// canPack checks, once, on the pack at path, that the lower keeps the
+// layer's xattr, and that its files can be opened again from their
+// descriptors and give one (layer.FileReopener, PassthroughFd), which
+// unpacking through a file open through the layer needs (local's files
+// have them). If not, it turns packing off.
+func (fs *FS) canPack(ctx context.Context, path string) bool {
 	fs.probe.Do(func() {
+		err := fs.Lower.Setxattr(ctx, path, XattrName, ref{off: 24, n: 1}.encode(), 0)
+		if err == nil {
+			err = fs.Lower.Removexattr(ctx, path, XattrName)
+		}
+		if err != nil {
+			fs.turnOff(fmt.Sprintf("the lower file system keeps no %s xattr (%v)", XattrName, err))
+			return
+		}
 		f, err := fs.Lower.Open(ctx, path, unix.O_RDONLY)
 		if err == nil {
 			var g layer.File
