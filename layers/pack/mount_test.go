@@ -714,3 +714,50 @@ func TestNoXattrLower(t *testing.T) {
 		t.Fatalf("the lower holds %v", ents)
 	}
 }
+
+// TestReadingRule: a file with a ref and bytes of its own (a pack or an
+// unpack cut by a crash) is its own bytes if they are the ref's, else the
+// pack's copy, which is written again; fsck reports it and a repair
+// finishes it.
+func TestReadingRule(t *testing.T) {
+	files := map[string][]byte{"same": []byte("the same bytes"), "torn": []byte("torn by a crash"), "fsck": []byte("fsck finishes it")}
+	lower, m, p0 := packedMount(t, Options{Delay: time.Hour}, nil)
+	writeTree(t, m.Dir, files)
+	m.Unmount()
+	p0.Close() // packs them
+	for name := range files {
+		waitPacked(t, filepath.Join(lower, name))
+	}
+	// A pack cut before the truncation: the file's bytes, and the ref.
+	os.WriteFile(filepath.Join(lower, "same"), files["same"], 0o644)
+	// An unpack cut after the size was set, before the bytes landed.
+	for _, name := range []string{"torn", "fsck"} {
+		os.Truncate(filepath.Join(lower, name), int64(len(files[name])))
+	}
+	l, _ := local.New(lower)
+	p, _ := New(l, Options{Delay: time.Hour})
+	defer p.Close()
+	ctx := context.Background()
+	var text string
+	sum, err := p.Fsck(ctx, layer.CheckOnly, func(int, int, string) {}, func(r layer.FileReport) { text += r.Text })
+	if err != nil || sum.Bad != 1 || strings.Count(text, "an unpack was cut by a crash") != 3 {
+		t.Fatalf("fsck: %+v, %v: %s", sum, err, text)
+	}
+	for _, name := range []string{"same", "torn"} {
+		if got, err := layer.ReadFile(ctx, p, name); err != nil || !bytes.Equal(got, files[name]) {
+			t.Fatalf("%s: %q, %v", name, got, err)
+		}
+		unpacked(t, filepath.Join(lower, name), len(files[name]))
+		if b, _ := os.ReadFile(filepath.Join(lower, name)); !bytes.Equal(b, files[name]) {
+			t.Fatalf("lower %s: %q", name, b)
+		}
+	}
+	text = ""
+	if sum, err := p.Fsck(ctx, layer.Repair, func(int, int, string) {}, func(r layer.FileReport) { text += r.Text }); err != nil || sum.Bad != 0 || !strings.Contains(text, "fsck: finished an unpack cut by a crash") {
+		t.Fatalf("fsck --repair: %+v, %v: %s", sum, err, text)
+	}
+	if b, _ := os.ReadFile(filepath.Join(lower, "fsck")); !bytes.Equal(b, files["fsck"]) {
+		t.Fatalf("lower fsck after the repair: %q", b)
+	}
+	unpacked(t, filepath.Join(lower, "fsck"), len(files["fsck"]))
+}
