@@ -4,7 +4,7 @@
 // to a pack file of its directory, and the lower file is emptied and
 // carries an xattr that says where they are: on ext4 an empty file with
 // an xattr in its inode takes no data block, where the file took a whole
-// 4 KiB block. Stacked under a codec (zstd:pack:DIR) it keeps the codec's
+// 4 KiB block. Stacked under a codec (zstd,pack:DIR) it keeps the codec's
 // small outputs from costing a block each; alone (pack:DIR) it packs any
 // small files (a maildir), and every other file keeps the lower's
 // capabilities (kernel passthrough). See docs/pack.md.
@@ -31,8 +31,9 @@ type Options struct {
 	// MaxSize is the largest lower file packed (default DefaultMaxSize;
 	// at most 64 KiB).
 	MaxSize int64
-	// Delay is how long a file is left alone (no handle open, no change)
-	// before it is packed (default 5 s: longer than a codec's 2 s fold).
+	// Delay is how long a file is left alone (no change, no read or
+	// write through the layer) before it is packed (default 5 s: longer
+	// than a codec's 2 s fold).
 	Delay time.Duration
 	// CompactMin is the dead space a directory's packs may hold before
 	// they are compacted (default 64 KiB); compaction also needs dead >
@@ -70,14 +71,15 @@ type FS struct {
 	garbage map[string]int64
 	closed  bool
 
-	// off: this lower is not packed (shared with other machines, or it
-	// cannot keep the xattr in the inode); offWhy says why, logged once.
+	// off: this lower is not packed (shared with other machines, it
+	// cannot keep the xattr in the inode, or a check runs); turnOff logs
+	// why, once.
 	off     atomic.Bool
 	offOnce sync.Once
 	report  atomic.Pointer[func(layer.ID)]
 
-	passMu sync.Mutex
-	probe  sync.Once // canPack
+	passMu sync.Mutex // one pass at a time
+	probe  sync.Once  // canPack
 	quit   chan struct{}
 	done   chan struct{}
 
