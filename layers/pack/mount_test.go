@@ -761,3 +761,116 @@ func TestReadingRule(t *testing.T) {
 	}
 	unpacked(t, filepath.Join(lower, "fsck"), len(files["fsck"]))
 }
+
+// TestConcurrent: workers each write, append to, read, remove and move
+// small files of a directory of their own, and rename the directory back
+// and forth, while files are packed 1 ms after they are left alone; every
+// read gives the bytes last written.
+func TestConcurrent(t *testing.T) {
+	lower := t.TempDir()
+	top, _ := newStack(t, lower, false, Options{Delay: time.Millisecond, CompactMin: 1024})
+	m := mounttest.Mount(t, top)
+	errs := make(chan error, 4)
+	for w := range 4 {
+		go func() {
+			errs <- func() error {
+				r := rand.New(rand.NewPCG(uint64(w), 9))
+				dirs := [2]string{fmt.Sprintf("g%d", w), fmt.Sprintf("h%d", w)}
+				cur := 0
+				if err := os.MkdirAll(m.Path(dirs[0], "sub"), 0o755); err != nil {
+					return err
+				}
+				model := map[string][]byte{}
+				for op := range 400 {
+					name := fmt.Sprintf("f%d", r.IntN(12))
+					if r.IntN(2) == 0 {
+						name = "sub/" + name
+					}
+					p := m.Path(dirs[cur], name)
+					switch k := r.IntN(10); {
+					case k < 3:
+						b := bytes.Repeat([]byte{byte('a' + r.IntN(26))}, 1+r.IntN(3000))
+						if err := os.WriteFile(p, b, 0o644); err != nil {
+							return err
+						}
+						model[name] = b
+					case k < 5:
+						if _, ok := model[name]; !ok {
+							continue
+						}
+						f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+						if err != nil {
+							return err
+						}
+						f.Write([]byte("+"))
+						f.Close()
+						model[name] = append(model[name], '+')
+					case k < 6:
+						if _, ok := model[name]; ok {
+							if err := os.Remove(p); err != nil {
+								return err
+							}
+							delete(model, name)
+						}
+					case k < 7:
+						if err := os.Rename(m.Path(dirs[cur]), m.Path(dirs[1-cur])); err != nil {
+							return err
+						}
+						cur = 1 - cur
+					case k < 8:
+						// Between the directory and its subdirectory.
+						other := "sub/" + name
+						if strings.HasPrefix(name, "sub/") {
+							other = strings.TrimPrefix(name, "sub/")
+						}
+						if b, ok := model[name]; ok {
+							if err := os.Rename(p, m.Path(dirs[cur], other)); err != nil {
+								return err
+							}
+							delete(model, name)
+							model[other] = b
+						}
+					default:
+						got, err := os.ReadFile(p)
+						want, ok := model[name]
+						if !ok {
+							if !errors.Is(err, os.ErrNotExist) {
+								return fmt.Errorf("op %d: %s should not exist: %v", op, name, err)
+							}
+							continue
+						}
+						if err != nil || !bytes.Equal(got, want) {
+							return fmt.Errorf("op %d: %s: %d bytes, %v; want %d", op, name, len(got), err, len(want))
+						}
+					}
+					if r.IntN(8) == 0 {
+						time.Sleep(2 * time.Millisecond)
+					}
+				}
+				time.Sleep(30 * time.Millisecond)
+				for name, want := range model {
+					if got, err := os.ReadFile(m.Path(dirs[cur], name)); err != nil || !bytes.Equal(got, want) {
+						return fmt.Errorf("at the end: %s: %d bytes, %v; want %d", name, len(got), err, len(want))
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	packed := 0
+	filepath.WalkDir(lower, func(path string, d os.DirEntry, err error) error {
+		if _, ok := lowerRefNoFail(path); ok {
+			packed++
+		}
+		return nil
+	})
+	if packed == 0 {
+		t.Fatal("nothing was packed")
+	}
+	t.Logf("%d files packed at the end", packed)
+}
