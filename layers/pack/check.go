@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"cairnfs.dev/cairn/layer"
 )
@@ -49,6 +53,9 @@ func (fs *FS) Fsck(ctx context.Context, mode layer.CheckMode, progress func(done
 		if fr.Repaired {
 			repaired++
 		}
+		if fr.Dropped {
+			sum.Dropped = true
+		}
 		if !fr.OK {
 			sum.Bad++
 			damaged += fr.Damaged
@@ -56,6 +63,7 @@ func (fs *FS) Fsck(ctx context.Context, mode layer.CheckMode, progress func(done
 		}
 		report(fr)
 	}
+	sum.LostFound = LostFound
 	sum.Line = fmt.Sprintf("pack layer: %d directories, %d packed files checked, %d repaired, %d problems left, %d damaged packed files",
 		len(dirs), files, repaired, problems, damaged)
 	return sum, nil
@@ -87,8 +95,20 @@ func (fs *FS) checkDir(ctx context.Context, dir string, mode layer.CheckMode, fi
 		*files++
 		r := s.refs[name]
 		if _, err := fs.readRecord(ctx, dir, r); err != nil {
-			say("%s: damaged: its %d bytes at offset %d of %s cannot be read back (%v); reading it gives EIO", name, r.n, r.off, packName(r.pack), err)
-			fr.Damaged++
+			what := fmt.Sprintf("%s: damaged: its %d bytes at offset %d of %s cannot be read back (%v)", name, r.n, r.off, packName(r.pack), err)
+			if mode != layer.RepairForce {
+				say("%s; reading it gives EIO (--repair --force empties it, keeping what is left of its bytes in %s)", what, LostFound)
+				fr.Damaged++
+				continue
+			}
+			kept, err := fs.dropDamaged(ctx, dir, name, r)
+			if err != nil {
+				say("%s; cannot drop it: %v", what, err)
+				fr.Damaged++
+				continue
+			}
+			say("%s: dropped (the file is empty now); what was left of its bytes is in %s", what, kept)
+			fr.Dropped, fr.Repaired = true, true
 		}
 	}
 	// Files with bytes of their own and a ref: an unpack a crash cut.
@@ -150,6 +170,44 @@ func (fs *FS) checkDir(ctx context.Context, dir string, mode layer.CheckMode, fi
 		fr.Text = fr.Path + ": " + strings.Join(lines, "; ")
 	}
 	return fr
+}
+
+// LostFound is the directory, at the root of the lower, where a forced
+// repair keeps what is left of the bytes of the packed files it empties
+// (the codecs' lost+found: a codec above skips it).
+const LostFound = "lost+found"
+
+// dropDamaged keeps what can be read of the damaged record r of dir/name
+// in LostFound, then empties the file (its ref removed); the directory's
+// lock is held. It returns the copy's path.
+func (fs *FS) dropDamaged(ctx context.Context, dir, name string, r ref) (string, error) {
+	path := layer.Join(dir, name)
+	b := make([]byte, r.n)
+	k := 0
+	if pf, err := fs.Lower.Open(ctx, layer.Join(dir, packName(r.pack)), unix.O_RDONLY); err == nil {
+		k, _ = pf.ReadAt(ctx, b, r.off)
+		pf.Release(ctx)
+	}
+	if _, err := fs.Lower.Mkdir(ctx, LostFound, 0o700); err != nil && err != syscall.EEXIST {
+		return "", err
+	}
+	kept := layer.Join(LostFound, fmt.Sprintf("%s.%s", strings.ReplaceAll(path, "/", "_"), time.Now().UTC().Format("20060102T150405.000000000")))
+	out, _, err := fs.Lower.Create(ctx, kept, unix.O_WRONLY|unix.O_EXCL, 0o600)
+	if err != nil {
+		return "", err
+	}
+	_, err = out.WriteAt(ctx, b[:k], 0)
+	if err == nil {
+		err = out.Fsync(ctx, false)
+	}
+	out.Release(ctx)
+	if err != nil {
+		return "", err
+	}
+	if err := fs.Lower.Removexattr(ctx, path, XattrName); err != nil {
+		return "", err
+	}
+	return kept, nil
 }
 
 // packsByName maps the packs' names to their numbers.

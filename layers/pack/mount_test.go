@@ -483,6 +483,22 @@ func TestDamagedPack(t *testing.T) {
 	if err != nil || sum.Bad != 1 || len(reports) != 1 || reports[0].Damaged != 1 || !strings.Contains(reports[0].Text, "f: damaged") {
 		t.Fatalf("fsck: %+v, %v, %+v", sum, err, reports)
 	}
+	// A forced repair empties it and keeps what was left of its bytes.
+	reports = nil
+	sum, err = p.Fsck(context.Background(), layer.RepairForce, func(int, int, string) {}, func(r layer.FileReport) { reports = append(reports, r) })
+	if err != nil || sum.Bad != 0 || !sum.Dropped || len(reports) != 1 || !reports[0].Dropped || !strings.Contains(reports[0].Text, "dropped") {
+		t.Fatalf("fsck --repair --force: %+v, %v, %+v", sum, err, reports)
+	}
+	if b, err := layer.ReadFile(context.Background(), p, "f"); err != nil || len(b) != 0 {
+		t.Fatalf("the dropped file reads %d bytes, %v", len(b), err)
+	}
+	kept, _ := filepath.Glob(filepath.Join(lower, LostFound, "f.*"))
+	if len(kept) != 1 {
+		t.Fatalf("lost+found holds %v", kept)
+	}
+	if b, _ := os.ReadFile(kept[0]); len(b) != 777 || bytes.Count(b, []byte("z")) != 776 {
+		t.Fatalf("the copy kept: %q", b)
+	}
 }
 
 // TestFsckUnreferenced: a pack no file refers to is reported, and removed
