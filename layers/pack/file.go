@@ -137,6 +137,7 @@ func (f *File) unpack(ctx context.Context, drop bool) error {
 	}
 	fs.addGarbage(dir, int64(len(f.n.data)))
 	f.n.packed, f.n.data = false, nil
+	fs.changed(f.id)
 	return nil
 }
 

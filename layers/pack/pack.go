@@ -164,8 +164,16 @@ func (fs *FS) LinkFile(context.Context, layer.File, string) (layer.Attr, error) 
 	return layer.Attr{}, syscall.EOPNOTSUPP
 }
 
-// ReportChanges: packing changes a file's blocks (layer.ChangeReporter).
+// ReportChanges: packing and unpacking change a file's blocks
+// (layer.ChangeReporter).
 func (fs *FS) ReportChanges(changed func(layer.ID)) { fs.report.Store(&changed) }
+
+// changed tells the frontend that id's blocks changed.
+func (fs *FS) changed(id layer.ID) {
+	if r := fs.report.Load(); r != nil {
+		(*r)(id)
+	}
+}
 
 // Share: a lower shared with other machines is not packed (another
 // client may have the file open, and the layer would empty it under it);
@@ -456,6 +464,7 @@ func (fs *FS) unpackPath(ctx context.Context, path string, a *layer.Attr, data [
 		n.packed, n.data = false, nil
 		n.mu.Unlock()
 	}
+	fs.changed(a.ID())
 	return nil
 }
 

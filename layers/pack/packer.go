@@ -330,9 +330,7 @@ func (fs *FS) packOne(ctx context.Context, dir string, c *candidate, final bool)
 	if n != nil {
 		n.packed, n.data, n.dir = true, c.data, dir
 	}
-	if r := fs.report.Load(); r != nil {
-		(*r)(a.ID())
-	}
+	fs.changed(a.ID())
 	if b.Blocks != 0 {
 		fs.turnOff(fmt.Sprintf("an emptied file with its %s xattr still takes %d blocks: the file system keeps the xattr in a block of its own", XattrName, b.Blocks))
 		return errStop
