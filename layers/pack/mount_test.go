@@ -239,6 +239,9 @@ func unpacked(t *testing.T, lowerPath string, size int) {
 	}
 }
 
+// capNetRaw is a file capability (cap_net_raw=ep), version 2.
+var capNetRaw = []byte{0x01, 0x00, 0x00, 0x02, 0x00, 0x20, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}
+
 // TestChangesOfPackedFiles: every change of a packed file's bytes or
 // place gives the bytes ext4 would, and leaves it an ordinary file.
 func TestChangesOfPackedFiles(t *testing.T) {
@@ -382,6 +385,39 @@ func TestChangesOfPackedFiles(t *testing.T) {
 	n, _ = unix.Listxattr(mp("d/f7b"), buf)
 	if strings.Contains(string(buf[:n]), XattrName) {
 		t.Fatalf("listxattr shows %q", buf[:n])
+	}
+
+	// A file capability set on a packed file: unpacked first, kept after.
+	if err := unix.Setxattr(mp("d/f7b"), "security.capability", capNetRaw, 0); err != nil {
+		t.Fatal(err)
+	}
+	unpacked(t, lp("d/f7b"), len(files["d/f7"]))
+	m.WaitReleased(t)
+	p.pass(true)
+	if _, ok := lowerRef(t, lp("d/f7b")); ok {
+		t.Fatal("a file with a capability was packed")
+	}
+	if n, err := unix.Getxattr(lp("d/f7b"), "security.capability", make([]byte, 64)); err != nil || n != len(capNetRaw) {
+		t.Fatalf("the capability is gone: %d, %v", n, err)
+	}
+	want("d/f7b", files["d/f7"])
+	// A set-id bit set on a packed file unpacks it; a set-id file is not
+	// packed.
+	waitPacked(t, lp("d/f8"))
+	if err := unix.Chmod(mp("d/f8"), 0o2755); err != nil {
+		t.Fatal(err)
+	}
+	unpacked(t, lp("d/f8"), len("replaced"))
+	want("d/f8", []byte("replaced"))
+	os.WriteFile(mp("d/suid"), []byte("#!/bin/sh\n"), 0o755)
+	if err := unix.Chmod(mp("d/suid"), 0o4755); err != nil { // (os.Chmod takes os.ModeSetuid, not 0o4000)
+		t.Fatal(err)
+	}
+	m.WaitReleased(t)
+	p.pass(true)
+	if _, ok := lowerRef(t, lp("d/suid")); ok {
+		st, _ := os.Stat(lp("d/suid"))
+		t.Fatalf("a set-uid file was packed (%v)", st.Mode())
 	}
 
 	// rmdir of a directory that holds only packs.

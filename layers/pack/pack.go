@@ -562,11 +562,15 @@ func (fs *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (laye
 	if reserved(path) {
 		return layer.Attr{}, syscall.ENOENT
 	}
-	if in.Valid&layer.SetSize != 0 {
+	// A truncation unpacks (or drops the bytes, to 0); so does a set-id
+	// bit (which a daemon that is not root would see an unpack's write
+	// take away: a set-id file is not packed).
+	setid := in.Valid&layer.SetMode != 0 && in.Mode&(unix.S_ISUID|unix.S_ISGID) != 0
+	if in.Valid&layer.SetSize != 0 || setid {
 		fs.renameMu.RLock()
 		dir, _ := layer.Split(path)
 		d := fs.lockDir(dir)
-		err := fs.unpackFor(ctx, path, in.Size == 0)
+		err := fs.unpackFor(ctx, path, in.Valid&layer.SetSize != 0 && in.Size == 0)
 		var a layer.Attr
 		if err == nil {
 			a, err = fs.Lower.Setattr(ctx, path, in)
@@ -654,6 +658,20 @@ func (fs *FS) Setxattr(ctx context.Context, path, name string, value []byte, fla
 	}
 	if name == XattrName {
 		return syscall.EPERM
+	}
+	if name == "security.capability" {
+		// An unpack's write would take it away: unpack first (a file
+		// with a capability is not packed).
+		fs.renameMu.RLock()
+		dir, _ := layer.Split(path)
+		d := fs.lockDir(dir)
+		err := fs.unpackFor(ctx, path, false)
+		if err == nil {
+			err = fs.Lower.Setxattr(ctx, path, name, value, flags)
+		}
+		fs.unlockDir(d)
+		fs.renameMu.RUnlock()
+		return err
 	}
 	return fs.Lower.Setxattr(ctx, path, name, value, flags)
 }

@@ -104,6 +104,12 @@ func (fs *FS) pass(final bool) {
 	wg.Wait()
 }
 
+// hasCapability reports whether path carries a file capability.
+func (fs *FS) hasCapability(ctx context.Context, path string) bool {
+	_, err := fs.Lower.Getxattr(ctx, path, "security.capability", nil)
+	return err == nil
+}
+
 // candidate is a file of a batch.
 type candidate struct {
 	name string
@@ -136,6 +142,12 @@ func (fs *FS) packDir(ctx context.Context, dir string, final bool) error {
 		}
 		a := e.Attr
 		if a == nil || reservedName(e.Name) || !a.IsRegular() || a.Nlink != 1 || a.Size == 0 || int64(a.Size) > fs.o.MaxSize {
+			continue
+		}
+		// The truncation (and an unpack's write) would take a file's
+		// set-id bits (from a daemon that is not root) and its file
+		// capability away.
+		if a.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 || fs.hasCapability(ctx, layer.Join(dir, e.Name)) {
 			continue
 		}
 		at := time.Unix(a.Ctime.Unix())
