@@ -26,7 +26,7 @@ func init() {
 					return nil
 				}},
 			{Name: "delay", Kind: registry.Duration, Default: "5s",
-				Help: "how long a small file stays closed and unchanged before it is packed (longer than a codec's fold_delay above, which would unpack it); an unmount packs every small file closed",
+				Help: "how long a small file is left alone (no change, no read or write through the layer) before it is packed: longer than the fold_delay of a codec above, whose fold would unpack it; an unmount packs every small file closed",
 				Check: func(v any) error {
 					if d, _ := v.(time.Duration); d <= 0 {
 						return fmt.Errorf("must be positive")
