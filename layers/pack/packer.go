@@ -81,7 +81,10 @@ func (fs *FS) pass(final bool) {
 	ctx := layer.AsSelf(context.Background())
 	for _, dir := range due {
 		jobs <- func() {
-			if err := fs.packDir(ctx, dir, final); err != nil && !errors.Is(err, syscall.ENOENT) {
+			err := fs.packDir(ctx, dir, final)
+			if errors.Is(err, syscall.EROFS) {
+				fs.turnOff("the lower is read-only")
+			} else if err != nil && !errors.Is(err, syscall.ENOENT) {
 				fs.log.Warn("pack: cannot pack the small files of a directory (they stay as they are)", "dir", dir, "err", err)
 			}
 		}
