@@ -126,12 +126,9 @@ func (f *File) unpack(ctx context.Context, drop bool) error {
 			return err
 		}
 	}
-	fd, ok := wf.PassthroughFd()
-	if !ok {
+	if !layer.LendFd(wf, func(fd int) { err = unix.Fremovexattr(fd, XattrName) }) {
 		return syscall.EIO
 	}
-	err = unix.Fremovexattr(fd, XattrName)
-	unix.Close(fd)
 	if err != nil && err != unix.ENODATA {
 		return err
 	}
@@ -261,6 +258,23 @@ func (f *File) PassthroughFd() (int, bool) {
 		f.n.pinned++
 	}
 	return fd, ok
+}
+
+// LendFd lends the lower descriptor of a file that is not packed
+// (layer.FdLender), and keeps it from being packed while this file is
+// open, as PassthroughFd does.
+func (f *File) LendFd(fn func(fd int)) bool {
+	f.n.mu.Lock()
+	defer f.n.mu.Unlock()
+	if f.n.packed {
+		return false
+	}
+	ok := layer.LendFd(f.Lower, fn)
+	if ok && !f.pinned {
+		f.pinned = true
+		f.n.pinned++
+	}
+	return ok
 }
 
 func (f *File) Caps() layer.Caps {

@@ -926,3 +926,41 @@ func TestConcurrent(t *testing.T) {
 	}
 	t.Logf("%d files packed at the end", packed)
 }
+
+// TestPassthroughFileNotPacked: a small file open with kernel passthrough
+// (its lower descriptor lent to the kernel) is not packed while open: the
+// kernel reads the lower file itself. Closed, it is.
+func TestPassthroughFileNotPacked(t *testing.T) {
+	lower, m, p := packedMount(t, Options{Delay: time.Hour}, nil)
+	os.WriteFile(m.Path("f"), []byte("passed through"), 0o644)
+	m.WaitReleased(t)
+	f, err := os.Open(m.Path("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := os.ReadFile(filepath.Join(lower, "f"))
+	st, _ := os.Stat(filepath.Join(lower, "f"))
+	var pinned int
+	p.mu.Lock()
+	for _, n := range p.nodes {
+		n.mu.Lock()
+		pinned += n.pinned
+		n.mu.Unlock()
+	}
+	p.mu.Unlock()
+	if pinned != 1 {
+		t.Fatalf("%d files pinned by passthrough (lower %q, %d bytes)", pinned, l, st.Size())
+	}
+	p.pass(true)
+	if _, ok := lowerRef(t, filepath.Join(lower, "f")); ok {
+		t.Fatal("a file passed through to the kernel was packed under it")
+	}
+	b := make([]byte, 100)
+	if n, _ := f.ReadAt(b, 0); string(b[:n]) != "passed through" {
+		t.Fatalf("read %q", b[:n])
+	}
+	f.Close()
+	m.WaitReleased(t)
+	p.pass(true)
+	waitPacked(t, filepath.Join(lower, "f"))
+}

@@ -110,10 +110,12 @@ type node struct {
 	pinned int    // files that gave their descriptor (PassthroughFd)
 	// lastUse is when it was last read or written (unix nanoseconds).
 	lastUse atomic.Int64
-	// changed: written through the layer (its directory is looked at
-	// again after its release); markedAt: when a change last did.
+	// changed: written through the layer; its directory is looked at
+	// again after its last release (markedAt: when a change last did).
 	changed  atomic.Bool
 	markedAt atomic.Int64
+	// skipped: a pass left it alone because it was open (pinned).
+	skipped atomic.Bool
 }
 
 func (n *node) use() { n.lastUse.Store(time.Now().UnixNano()) }
@@ -1073,7 +1075,7 @@ func (fs *FS) put(ctx context.Context, id layer.ID, n *node, dir string) {
 		delete(fs.nodes, id)
 	}
 	fs.mu.Unlock()
-	if last && n.changed.Load() {
+	if last && (n.changed.Load() || n.skipped.Load()) {
 		fs.markDirty(dir)
 	}
 }

@@ -159,7 +159,8 @@ func (fs *FS) packDir(ctx context.Context, dir string, final bool) error {
 			pinned := n.pinned > 0
 			n.mu.Unlock()
 			if pinned {
-				continue // its release makes the directory dirty again
+				n.skipped.Store(true) // its release makes the directory dirty again
+				continue
 			}
 			if u := time.Unix(0, n.lastUse.Load()); u.After(at) {
 				at = u
@@ -288,9 +289,7 @@ func (fs *FS) canPack(ctx context.Context, path string) bool {
 		if err == nil {
 			var g layer.File
 			if g, err = layer.ReopenFile(ctx, f, unix.O_RDONLY); err == nil {
-				if fd, ok := g.PassthroughFd(); ok {
-					unix.Close(fd)
-				} else {
+				if !layer.LendFd(g, func(int) {}) {
 					err = errors.New("its files give no descriptor")
 				}
 				g.Release(ctx)
