@@ -9,7 +9,8 @@
 # Usage: sudo bench/space.sh [--sets "go layers logs media"] [--out FILE.md] [STACK...]
 #
 #   STACK       cairn inline specs without the directory (default: zstd gzip
-#               lz4 "zstd(chunk_size=128KiB)"); each mounts as STACK:LOWER
+#               lz4 "zstd(chunk_size=128KiB)" zstd,pack pack); each mounts as
+#               STACK:LOWER (a pack layer packs every small file at the unmount)
 #   --sets S    the data sets, of: go (Go's source tree, $(go env GOROOT)/src),
 #               layers (this repository's layers/), logs (50 MB of generated,
 #               deterministic syslog-like lines), media (already compressed:
@@ -39,12 +40,12 @@ while [ $# -gt 0 ]; do
 	case "$1" in
 	--sets) SETS=$2; shift 2 ;;
 	--out) OUT=$2; shift 2 ;;
-	-h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	-*) echo "space.sh: unknown flag $1 (see --help)" >&2; exit 2 ;;
 	*) STACKS+=("$1"); shift ;;
 	esac
 done
-[ ${#STACKS[@]} -gt 0 ] || STACKS=(zstd gzip lz4 "zstd(chunk_size=128KiB)")
+[ ${#STACKS[@]} -gt 0 ] || STACKS=(zstd gzip lz4 "zstd(chunk_size=128KiB)" zstd,pack pack)
 [ "$(id -u)" = 0 ] || { echo "space.sh: needs root (loop devices, mounts)" >&2; exit 2; }
 export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
 for t in mkfs.btrfs mksquashfs zstd lz4 xz gzip; do

@@ -59,6 +59,13 @@ each RW branch): an entry that no name reaches any more (neither a name of
 the copy nor a name of the original the union still shows) is reported, and
 removed with --repair, which frees the copy's blocks.
 
+Of a pack layer it reads back every packed file's bytes from its directory's
+pack and checks their CRC (a damaged one is reported and stays: reading it
+gives EIO; --repair --force empties the file, keeping what is left of its
+bytes in lost+found), reports a file whose pack or unpack a crash cut
+(--repair finishes it, as an open would) and a pack no file refers to
+(--repair removes it: it holds no file's bytes); see docs/pack.md.
+
 Exit codes:
   0  every file is consistent (after --repair: repaired without losing data)
   1  problems or damage remain (or a repair was refused: see --force)

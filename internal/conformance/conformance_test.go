@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"cairnfs.dev/cairn/internal/conformance"
 	"cairnfs.dev/cairn/internal/mounttest"
@@ -19,6 +20,7 @@ import (
 	"cairnfs.dev/cairn/layers/local"
 	"cairnfs.dev/cairn/layers/mux"
 	"cairnfs.dev/cairn/layers/null"
+	"cairnfs.dev/cairn/layers/pack"
 	"cairnfs.dev/cairn/layers/replica"
 	"cairnfs.dev/cairn/layers/shard"
 	"cairnfs.dev/cairn/layers/snoop"
@@ -49,6 +51,14 @@ var stacks = []conformance.Stack{
 	{Name: "union", Build: unionOver, Limits: map[conformance.Limit]string{conformance.NoWhiteout: "a whiteout is the union's own (overlayfs refuses it too)"}},
 	{Name: "shard", Build: shardOver},
 	{Name: "shard-growing", Build: shardGrowing},
+	{Name: "pack", Build: packOver(nil)},
+	{Name: "zstd-pack", Build: packOver(func(l layer.FS) layer.FS {
+		c, err := codec.New(l, "zstd", codec.Options{Level: 1, FastTails: true})
+		if err != nil {
+			panic(err)
+		}
+		return c
+	}), Limits: holes("codec")},
 	{Name: "null-mux", Build: func(t testing.TB, d string) layer.FS { return null.New(muxTmpfsDisk(t, d)) }, Dirs: []string{"tmp", "disk"}, Limits: onTmpfs},
 }
 
@@ -213,6 +223,21 @@ func chainsOver(chain string) func(t testing.TB, d string) layer.FS {
 var chainsLimits = map[conformance.Limit]string{
 	conformance.Holes:         "codec and crypt store whole chunks: SEEK_DATA/SEEK_HOLE and st_blocks show no holes",
 	conformance.XattrOverhead: "a guarded file's chain record is an xattr of its lower file (about 40 bytes of its one block)",
+}
+
+// packOver is pack over the lower directory, packing 1 ms after a file is
+// left alone (in the middle of the cases), with top over it if not nil.
+func packOver(top func(layer.FS) layer.FS) func(t testing.TB, d string) layer.FS {
+	return func(t testing.TB, d string) layer.FS {
+		p, err := pack.New(lower(t, d), pack.Options{Delay: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if top != nil {
+			return top(p)
+		}
+		return p
+	}
 }
 
 func codecOver(kind string) func(t testing.TB, d string) layer.FS {

@@ -11,6 +11,7 @@ import (
 	_ "cairnfs.dev/cairn/layers/local"
 	_ "cairnfs.dev/cairn/layers/mux"
 	_ "cairnfs.dev/cairn/layers/null"
+	_ "cairnfs.dev/cairn/layers/pack"
 	_ "cairnfs.dev/cairn/layers/replica"
 	_ "cairnfs.dev/cairn/layers/shard"
 	_ "cairnfs.dev/cairn/layers/snoop"
