@@ -237,6 +237,9 @@ func (f *File) Release(ctx context.Context) error {
 	dir := f.n.dir
 	if f.pinned {
 		f.n.pinned--
+		// The kernel read and wrote it without the layer: written,
+		// perhaps, after a pass found it empty (TestShared, loaded).
+		f.n.changed.Store(true)
 	}
 	f.n.mu.Unlock()
 	f.fs.put(ctx, f.id, f.n, dir)
