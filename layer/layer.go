@@ -515,3 +515,11 @@ func LendFd(f File, fn func(fd int)) bool {
 	fn(fd)
 	return true
 }
+
+// StatUnlinker is an FS whose Unlink can also give the attributes of the
+// object it took a name from (as a stat just before would): for a layer
+// that needs them (a transform forgets a file's state with its last name),
+// one stat of the name fewer, which on a network lower is a round trip.
+type StatUnlinker interface {
+	UnlinkStat(ctx context.Context, path string) (Attr, error)
+}

@@ -285,9 +285,17 @@ func (fs *Transformed) Link(ctx context.Context, oldpath, newpath string) (Attr,
 }
 
 func (fs *Transformed) Unlink(ctx context.Context, path string) error {
-	a, aerr := fs.Lower.Getattr(ctx, path)
-	if err := fs.Lower.Unlink(ctx, path); err != nil {
-		return err
+	var a Attr
+	var aerr error
+	if u, ok := fs.Lower.(StatUnlinker); ok {
+		if a, aerr = u.UnlinkStat(ctx, path); aerr != nil {
+			return aerr
+		}
+	} else {
+		a, aerr = fs.Lower.Getattr(ctx, path)
+		if err := fs.Lower.Unlink(ctx, path); err != nil {
+			return err
+		}
 	}
 	if aerr == nil && a.IsRegular() && a.Nlink <= 1 {
 		fs.T.Forget(ctx, a.ID())

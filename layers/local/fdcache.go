@@ -34,9 +34,12 @@ type fdCache struct {
 	lru      list.List // of *File holding such a descriptor, most recent first
 	closed   map[fileKey][]*File
 	removing map[fileKey]int // inodes whose name an unlink or rename removes now
-	handles  bool            // reopening by handle works here
-	mounts   map[int]int     // mount id -> a descriptor on it, for open_by_handle_at
-	inoDevs  map[uint64]int  // device -> its mount's descriptor if it opens objects by inode number, else -1 (see find.go)
+	// unchecked: removals under way that did not stat their name (no
+	// descriptor was closed when they began); trim closes none meanwhile.
+	unchecked int
+	handles   bool           // reopening by handle works here
+	mounts    map[int]int    // mount id -> a descriptor on it, for open_by_handle_at
+	inoDevs   map[uint64]int // device -> its mount's descriptor if it opens objects by inode number, else -1 (see find.go)
 }
 
 type fileKey struct{ dev, ino uint64 }
@@ -166,6 +169,9 @@ func (c *fdCache) pin(f *File) {
 // trim closes the descriptors of the least recently used files past the
 // bound, sparing keep and the files in use (c.mu held).
 func (c *fdCache) trim(keep *File) {
+	if c.unchecked > 0 {
+		return // the bound is passed for the moment: see removeName
+	}
 	e := c.lru.Back()
 	for c.lru.Len() > c.max && e != nil {
 		f := e.Value.(*File)
@@ -279,6 +285,20 @@ func (c *fdCache) removeName(dirfd int, name string, remove func() error) error 
 	if !c.handles {
 		return remove()
 	}
+	// No descriptor closed, and none closed until remove is done: nothing
+	// to reopen, and no stat of the name (on a network lower, a round trip
+	// per unlink).
+	c.mu.Lock()
+	if len(c.closed) == 0 {
+		c.unchecked++
+		c.mu.Unlock()
+		err := remove()
+		c.mu.Lock()
+		c.unchecked--
+		c.mu.Unlock()
+		return err
+	}
+	c.mu.Unlock()
 	var st unix.Stat_t
 	if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		return remove()

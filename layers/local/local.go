@@ -386,6 +386,18 @@ func (fs *FS) Unlink(ctx context.Context, path string) error {
 	})
 }
 
+// UnlinkStat is Unlink that gives the attributes the object had
+// (layer.StatUnlinker).
+func (fs *FS) UnlinkStat(ctx context.Context, path string) (a layer.Attr, err error) {
+	err = fs.inDir(path, func(dfd int, name string) error {
+		if a, err = fs.lstatAt(dfd, name); err != nil {
+			return err
+		}
+		return fs.fds.removeName(dfd, name, func() error { return unix.Unlinkat(dfd, name, 0) })
+	})
+	return a, err
+}
+
 func (fs *FS) Rmdir(ctx context.Context, path string) error {
 	defer fs.dirs.invalidate(path)
 	return fs.inDir(path, func(dfd int, name string) error {
