@@ -186,7 +186,10 @@ func lockFd(ctx context.Context, lower FS, path string, flags int, name string, 
 		}
 		return nil, fmt.Errorf("locking the %s layer's lower directory: %w", name, err)
 	}
-	return func() { unix.Close(fd); d.Release(context.Background()) }, nil
+	// The unlock first: a close leaves it to the FUSE release, which the
+	// kernel sends without waiting for it, so that another client's mount
+	// right after this process ended could still find the file locked.
+	return func() { unix.Flock(fd, unix.LOCK_UN); unix.Close(fd); d.Release(context.Background()) }, nil
 }
 
 // LowerDir names the directory at the bottom of a chain of one-lower
