@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -125,6 +126,46 @@ func LockLowerShared(ctx context.Context, lower FS, name, file string, shared bo
 	return func() { unlockFile(); unlock() }, nil
 }
 
+// LockLowerOwn is LockLowerShared over a lock file of the layer's own:
+// file, a path of lower that the claim makes (and its directory) if it is
+// missing, for a layer that keeps no regular file at a fixed place of its
+// lower otherwise (the codecs, union, shard, chains, replica). The layer
+// hides it (not listed, ENOENT on lookup, refused on creation), as it
+// hides its other private names. A lower that takes no new file
+// (read-only) goes without it: its claim is then the directory's only,
+// this machine's. Making it is no change that the layer shows: the times
+// of lower's root are put back (replica's seal records them).
+func LockLowerOwn(ctx context.Context, lower FS, name, file string, shared bool) (release func(), err error) {
+	self := AsSelf(ctx)
+	if _, err := lower.Getattr(self, file); errors.Is(err, syscall.ENOENT) {
+		makeLockFile(self, lower, file)
+	}
+	return LockLowerShared(ctx, lower, name, file, shared)
+}
+
+// makeLockFile makes the empty file file of lower, and its directory,
+// leaving the times of lower's root as they were. Another process (or
+// machine) may make it at the same time: EEXIST is theirs.
+func makeLockFile(ctx context.Context, lower FS, file string) {
+	root, err := lower.Getattr(ctx, "")
+	if err != nil {
+		return
+	}
+	made := false
+	if dir, _ := Split(file); dir != "" {
+		if _, err := lower.Mkdir(ctx, dir, 0o700); err == nil {
+			made = true
+		}
+	}
+	if f, _, err := lower.Create(ctx, file, unix.O_RDONLY|unix.O_EXCL, 0o600); err == nil {
+		f.Release(ctx)
+		made = true
+	}
+	if made {
+		lower.Setattr(ctx, "", &SetAttr{Valid: SetAtime | SetMtime, Atime: root.Atime, Mtime: root.Mtime})
+	}
+}
+
 // lockFd takes a flock (how: LOCK_EX or LOCK_SH) on path of lower (opened
 // with flags).
 func lockFd(ctx context.Context, lower FS, path string, flags int, name string, how int) (release func(), err error) {
@@ -145,7 +186,10 @@ func lockFd(ctx context.Context, lower FS, path string, flags int, name string, 
 		}
 		return nil, fmt.Errorf("locking the %s layer's lower directory: %w", name, err)
 	}
-	return func() { unix.Close(fd); d.Release(context.Background()) }, nil
+	// The unlock first: a close leaves it to the FUSE release, which the
+	// kernel sends without waiting for it, so that another client's mount
+	// right after this process ended could still find the file locked.
+	return func() { unix.Flock(fd, unix.LOCK_UN); unix.Close(fd); d.Release(context.Background()) }, nil
 }
 
 // LowerDir names the directory at the bottom of a chain of one-lower

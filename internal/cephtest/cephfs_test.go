@@ -34,6 +34,14 @@ func TestClaimAcrossClients(t *testing.T) {
 	dfstest.ClaimAcrossClients(t, cephtest.Mount(t), cephtest.Mount(t))
 }
 
+// TestClaimExclusiveAcrossClients: a second `cairn mount` of a union,
+// shard, chains or replica stack through another ceph-fuse client is
+// refused, with -shared too, and hand-over works
+// (dfstest.ClaimExclusiveAcrossClients).
+func TestClaimExclusiveAcrossClients(t *testing.T) {
+	dfstest.ClaimExclusiveAcrossClients(t, cephtest.Mount(t), cephtest.Mount(t))
+}
+
 // TestCloseToOpen: two ceph-fuse clients of the file system (mounted with
 // the Shared options), each with a
 // cairn stack over the same directory mounted with -shared, write and read

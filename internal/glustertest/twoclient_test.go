@@ -14,3 +14,12 @@ import (
 func TestClaimAcrossClients(t *testing.T) {
 	dfstest.ClaimAcrossClients(t, glustertest.Mount(t, "one"), glustertest.Mount(t, "one"))
 }
+
+// TestClaimExclusiveAcrossClients: a second `cairn mount` of a union,
+// shard, chains or replica stack from another GlusterFS client of the
+// volume is refused, with -shared too, and hand-over works
+// (dfstest.ClaimExclusiveAcrossClients): the lock of a regular file of
+// each lower reaches the brick.
+func TestClaimExclusiveAcrossClients(t *testing.T) {
+	dfstest.ClaimExclusiveAcrossClients(t, glustertest.Mount(t, "one"), glustertest.Mount(t, "one"))
+}

@@ -34,6 +34,11 @@ const XattrName = "user.cairn.chain"
 // is the layer's own: hidden, emptied when the layer starts.
 const TmpDir = ".cairn-chains"
 
+// LockName is the file at the root of the lower whose lock the claim
+// takes (check.go), which other clients of a network file system see:
+// the layer's own, hidden as TmpDir is.
+const LockName = ".cairn-chains.lock"
+
 // CryptLink is the name of crypt's content as a link.
 const CryptLink = "crypt"
 
@@ -360,7 +365,7 @@ func (fs *FS) ruleChain(p string) []string {
 // ---- the layer's own names -------------------------------------------------
 
 func (fs *FS) reserved(p string) bool {
-	if p == TmpDir {
+	if p == TmpDir || p == LockName {
 		return true
 	}
 	if fs.o.Crypt != nil {

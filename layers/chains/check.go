@@ -13,8 +13,10 @@ import (
 
 // Claim locks the lower while the layer is open (layer.Claimer): the codec
 // links keep the state of open files in memory, so one process at a time
-// serves a chains lower. Then it removes what conversions a crash left
-// unfinished (not before: they may be a mounted daemon's, under way).
+// serves a chains lower, even with -shared. The lock is also on a file of
+// the lower's root (LockName), which other clients of a network file
+// system see. Then it removes what conversions a crash left unfinished
+// (not before: they may be a mounted daemon's, under way).
 func (fs *FS) Claim(ctx context.Context) error {
 	fs.mu.Lock()
 	claimed := fs.release != nil
@@ -22,7 +24,7 @@ func (fs *FS) Claim(ctx context.Context) error {
 	if claimed {
 		return nil
 	}
-	release, err := layer.LockLower(ctx, fs.Lower, "chains")
+	release, err := layer.LockLowerOwn(ctx, fs.Lower, "chains", LockName, false)
 	if err != nil {
 		return err
 	}

@@ -3,8 +3,6 @@ package codec
 import (
 	"context"
 
-	"golang.org/x/sys/unix"
-
 	"cairnfs.dev/cairn/layer"
 )
 
@@ -40,16 +38,11 @@ func (fs *FS) Claim(ctx context.Context) error {
 	}
 	// The lock file: a regular file, whose lock other clients of a
 	// network file system see (the directory's flock is this machine's
-	// only); hidden above (Engine.Reserved). A lower that takes no new
-	// file (read-only) goes without.
-	if lf, _, err := fs.Lower.Create(ctx, LockName, unix.O_RDONLY, 0o600); err == nil {
-		lf.Release(ctx)
-	}
-	// Shared with other shared claims (cairn mount -shared): a closed
-	// file's state in memory is dropped when the lower file changed
-	// (dropStale), so that mounts that take turns read what the other
-	// wrote.
-	release, err := layer.LockLowerShared(ctx, fs.Lower, fs.e.kind.Name, LockName, layer.SharedClaim(ctx))
+	// only); hidden above (Engine.Reserved). Shared with other shared
+	// claims (cairn mount -shared): a closed file's state in memory is
+	// dropped when the lower file changed (dropStale), so that mounts
+	// that take turns read what the other wrote.
+	release, err := layer.LockLowerOwn(ctx, fs.Lower, fs.e.kind.Name, LockName, layer.SharedClaim(ctx))
 	if err != nil {
 		return err
 	}

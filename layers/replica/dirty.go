@@ -316,7 +316,7 @@ func (fs *FS) lock(ctx context.Context) error {
 	}
 	var rel []func()
 	for i, l := range fs.r {
-		r, err := layer.LockLower(ctx, l, fmt.Sprintf("replica (replica %d)", i+1))
+		r, err := layer.LockLowerOwn(ctx, l, fmt.Sprintf("replica (replica %d)", i+1), LockName, false)
 		if err != nil {
 			for _, r := range rel {
 				r()

@@ -91,6 +91,15 @@ const maxReplicas = 32
 // tmpPrefix names resync's temporary files (left out of listings).
 const tmpPrefix = ".cairn-replica-tmp."
 
+// LockName is the file at the root of each replica whose lock the claim
+// takes, which other clients of a network file system see (dirty.go,
+// lock). The layer hides it (one, all, and the checks of the names that
+// changes make), and resync and the checks of the trees leave it alone.
+const LockName = ".cairn-replica.lock"
+
+// hidden says whether path is the claim's lock file.
+func hidden(path string) bool { return path == LockName }
+
 // FS is a replica layer.
 type FS struct {
 	layer.NotImplemented
@@ -469,6 +478,10 @@ func (fs *FS) pick() int {
 // until one answers or none is left but a failing one. It gives the
 // replica that answered.
 func one[T any](fs *FS, i int, op, path string, fn func(i int) (T, error)) (T, int, error) {
+	if hidden(path) {
+		var zero T
+		return zero, i, syscall.ENOENT
+	}
 	for {
 		v, err := inline(fs, i, op, path, func() (T, error) { return fn(i) })
 		if !failure(err) || !fs.degrade(i, op, path, err) {
@@ -486,6 +499,9 @@ func all[T any](fs *FS, op, path string, fn func(i int) (T, error), drop func(T)
 	fs.checkRoots()
 	h := fs.healthy()
 	vals = make([]T, len(fs.r))
+	if hidden(path) {
+		return vals, h[0], syscall.ENOENT
+	}
 	errs := make([]error, len(h))
 	if len(h) == 1 {
 		vals[h[0]], errs[0] = inline(fs, h[0], op, path, func() (T, error) { return fn(h[0]) })
@@ -608,7 +624,7 @@ func (fs *FS) OpenDir(ctx context.Context, path string) (layer.Dir, error) {
 		if e.Attr != nil {
 			fs.tag(e.Attr, src)
 		}
-		return !strings.HasPrefix(e.Name, tmpPrefix), nil
+		return !strings.HasPrefix(e.Name, tmpPrefix) && !hidden(layer.Join(path, e.Name)), nil
 	}), nil
 }
 
@@ -721,6 +737,9 @@ func (fs *FS) Setattr(ctx context.Context, path string, in *layer.SetAttr) (laye
 }
 
 func (fs *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, error) {
+	if hidden(path) {
+		return layer.Attr{}, syscall.EPERM
+	}
 	a, err := fs.change(ctx, "mkdir", path, func(i int) (layer.Attr, error) { return fs.r[i].Mkdir(ctx, path, mode) }, path)
 	if err == nil {
 		fs.made(ctx, path)
@@ -729,14 +748,26 @@ func (fs *FS) Mkdir(ctx context.Context, path string, mode uint32) (layer.Attr, 
 }
 
 func (fs *FS) Mknod(ctx context.Context, path string, mode uint32, rdev uint64) (layer.Attr, error) {
+	if hidden(path) {
+		return layer.Attr{}, syscall.EPERM
+	}
 	return fs.change(ctx, "mknod", path, func(i int) (layer.Attr, error) { return fs.r[i].Mknod(ctx, path, mode, rdev) }, path)
 }
 
 func (fs *FS) Symlink(ctx context.Context, target, path string) (layer.Attr, error) {
+	if hidden(path) {
+		return layer.Attr{}, syscall.EPERM
+	}
 	return fs.change(ctx, "symlink", path, func(i int) (layer.Attr, error) { return fs.r[i].Symlink(ctx, target, path) }, path)
 }
 
 func (fs *FS) Link(ctx context.Context, oldpath, newpath string) (layer.Attr, error) {
+	switch {
+	case hidden(oldpath):
+		return layer.Attr{}, syscall.ENOENT
+	case hidden(newpath):
+		return layer.Attr{}, syscall.EPERM
+	}
 	return fs.change(ctx, "link", newpath, func(i int) (layer.Attr, error) { return fs.r[i].Link(ctx, oldpath, newpath) }, newpath)
 }
 
@@ -758,6 +789,12 @@ func (fs *FS) Rmdir(ctx context.Context, path string) error {
 }
 
 func (fs *FS) Rename(ctx context.Context, oldpath, newpath string, flags uint32) error {
+	switch {
+	case hidden(oldpath):
+		return syscall.ENOENT
+	case hidden(newpath):
+		return syscall.EPERM
+	}
 	fs.forgetMarks(oldpath)
 	fs.forgetMarks(newpath)
 	dirty := []string{parent(oldpath), newpath}
@@ -935,6 +972,9 @@ type created struct {
 }
 
 func (fs *FS) Create(ctx context.Context, path string, flags int, mode uint32) (layer.File, layer.Attr, error) {
+	if hidden(path) {
+		return nil, layer.Attr{}, syscall.EPERM
+	}
 	f := &file{fs: fs, flags: flags &^ (unix.O_CREAT | unix.O_EXCL | unix.O_TRUNC), lf: make([]layer.File, len(fs.r))}
 	cs, lead, err := all(fs, "create", path, func(i int) (c created, err error) {
 		c.f, c.a, err = fs.r[i].Create(ctx, path, flags, mode)

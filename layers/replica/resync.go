@@ -142,6 +142,9 @@ func count(ctx context.Context, l layer.FS, p string) int64 {
 	}
 	n := int64(0)
 	for _, e := range ents {
+		if hidden(layer.Join(p, e.Name)) {
+			continue
+		}
 		n++
 		if e.Mode&unix.S_IFMT == unix.S_IFDIR {
 			n += count(ctx, l, layer.Join(p, e.Name))
@@ -313,7 +316,9 @@ func names(ctx context.Context, l layer.FS, p string) (map[string]uint32, error)
 	}
 	m := map[string]uint32{}
 	for _, e := range ents {
-		m[e.Name] = e.Mode & unix.S_IFMT
+		if !hidden(layer.Join(p, e.Name)) { // each replica's own
+			m[e.Name] = e.Mode & unix.S_IFMT
+		}
 	}
 	return m, nil
 }

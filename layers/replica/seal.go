@@ -167,8 +167,11 @@ func (fs *FS) changedIn(ctx context.Context, i int, w window, n *int64) (string,
 				d.Close()
 				return "", gone(err)
 			}
-			*n++
 			cp := layer.Join(p, e.Name)
+			if hidden(cp) {
+				continue // made by the claim, before the window ends
+			}
+			*n++
 			a := e.Attr
 			if a == nil {
 				x, err := l.Getattr(ctx, cp)

@@ -51,7 +51,7 @@ func (fs *FS) OpenDir(ctx context.Context, path string) (layer.Dir, error) {
 		}
 		return layer.MapDir(ld, func(_ context.Context, e *layer.DirEntry) (bool, error) {
 			noDirAttr(e)
-			return true, nil
+			return lp != "" || e.Name != LockName, nil
 		}), nil
 	}
 	return &dir{fs: fs, path: path, ds: ds}, nil
@@ -261,7 +261,7 @@ func (d *dir) read(ctx context.Context, lp string, skip string, fn func(layer.Di
 		if err != nil {
 			return err
 		}
-		if skip != "" && strings.HasPrefix(e.Name, skip) {
+		if skip != "" && strings.HasPrefix(e.Name, skip) || lp == "" && e.Name == LockName {
 			continue
 		}
 		fn(e)

@@ -384,7 +384,8 @@ func (fs *FS) move(ctx context.Context, ds *dirState, lp, src string, names []st
 	return moved, nil
 }
 
-// list calls fn with the names of lower directory dir until it says stop.
+// list calls fn with the names of lower directory dir until it says stop
+// (but the claim's lock file, which stays where it is).
 func (fs *FS) list(ctx context.Context, dir string, fn func(string) bool) error {
 	d, err := layer.OpenDir(layer.AsSelf(ctx), fs.lower, dir)
 	if err != nil {
@@ -398,6 +399,9 @@ func (fs *FS) list(ctx context.Context, dir string, fn func(string) bool) error 
 		}
 		if err != nil {
 			return err
+		}
+		if dir == "" && e.Name == LockName {
+			continue
 		}
 		if !fn(e.Name) {
 			return nil

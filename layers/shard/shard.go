@@ -125,13 +125,19 @@ func (fs *FS) Lowers() []layer.FS { return []layer.FS{fs.lower} }
 // differ from the lower's.
 func (fs *FS) Changes() layer.Changes { return layer.ChangesNames | layer.ChangesPlacement }
 
+// LockName is the file at the root of the lower whose lock the claim
+// takes, which other clients of a network file system see; the layer
+// hides it (resolve, making, listings), and reshardings leave it in
+// place (list).
+const LockName = ".cairn-shard.lock"
+
 // Claim locks the lower: a resharding outside the daemon would move
-// entries under it.
+// entries under it. Exclusive, even with -shared.
 func (fs *FS) Claim(ctx context.Context) error {
 	if fs.unlock != nil {
 		return nil
 	}
-	u, err := layer.LockLower(ctx, fs.lower, "shard")
+	u, err := layer.LockLowerOwn(ctx, fs.lower, "shard", LockName, false)
 	if err != nil {
 		return err
 	}
@@ -308,6 +314,9 @@ func (fs *FS) resolve(ctx context.Context, path string) (*res, error) {
 	r := &res{}
 	if path == "" {
 		return r, nil
+	}
+	if path == LockName {
+		return nil, syscall.ENOENT
 	}
 	dir, lp := "", ""
 	for {
@@ -642,6 +651,9 @@ func (fs *FS) Open(ctx context.Context, path string, flags int) (layer.File, err
 // making resolves path for an operation that makes a name, refusing
 // reserved names.
 func (fs *FS) making(ctx context.Context, path string) (*res, error) {
+	if path == LockName {
+		return nil, syscall.EPERM
+	}
 	r, err := fs.resolve(ctx, path)
 	if err != nil {
 		return nil, err

@@ -16,7 +16,9 @@ import (
 // the union keeps what it knows of them until it changes them itself, and
 // an fsck must not collect an index entry that a mounted union is about to
 // link a name to. One union at a time serves an upper branch, as overlayfs
-// refuses an upper directory another mount uses.
+// refuses an upper directory another mount uses, even with -shared. The
+// lock is also on a file in the index's directory (lockFile), which other
+// clients of a network file system see.
 func (u *FS) Claim(ctx context.Context) error {
 	if u.unlock != nil {
 		return nil
@@ -25,7 +27,7 @@ func (u *FS) Claim(ctx context.Context) error {
 		if b.Mode == fanout.RO {
 			continue
 		}
-		r, err := layer.LockLower(ctx, b.FS, fmt.Sprintf("union (branch %d)", i+1))
+		r, err := layer.LockLowerOwn(ctx, b.FS, fmt.Sprintf("union (branch %d)", i+1), lockFile, false)
 		if err != nil {
 			u.Close()
 			return err
@@ -68,8 +70,11 @@ func (u *FS) Fsck(ctx context.Context, mode layer.CheckMode, progress func(done,
 			return layer.CheckSummary{}, fmt.Errorf("union: the index of branch %d: %w", w+1, err)
 		}
 		for _, e := range ents {
-			total++
 			p := layer.Join(indexDir, e.Name)
+			if p == lockFile {
+				continue // the claim's
+			}
+			total++
 			a, err := b.FS.Getattr(self, p)
 			if err != nil {
 				continue // gone meanwhile

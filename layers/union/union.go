@@ -43,6 +43,10 @@ const (
 	// the original's identity: its other names are linked to the copy
 	// when they are looked up, so all stay one file (overlayfs's index).
 	indexDir = ".cairn-union-index"
+	// lockFile, in the index's directory (hidden with it: no name of the
+	// union reaches into it), is the file whose lock the claim takes on
+	// each RW branch (check.go).
+	lockFile = indexDir + "/lock"
 )
 
 // FS is a union layer.
