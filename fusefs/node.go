@@ -707,7 +707,7 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	}
 	hit, w, bit := n.cachedNoXattr(attr)
 	if hit {
-		return 0, syscall.ENODATA
+		return 0, layer.ENOATTR
 	}
 	sz, err := n.st.top.Getxattr(callerCtx(ctx), p, attr, dest)
 	if err != nil {

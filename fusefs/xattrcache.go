@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"cairnfs.dev/cairn/layer"
 )
 
 // The absence of a few xattrs that the kernel and common tools ask about
@@ -107,7 +109,7 @@ func (n *node) cachedNoXattr(name string) (hit bool, w, bit uint64) {
 
 // noteNoXattr records the answer errno of a GETXATTR (see cachedNoXattr).
 func (n *node) noteNoXattr(errno syscall.Errno, w, bit uint64) {
-	if bit != 0 && errno == syscall.ENODATA {
+	if bit != 0 && errno == layer.ENOATTR {
 		n.noX.record(w, bit, n.st.xattrTTL)
 	}
 }

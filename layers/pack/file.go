@@ -129,7 +129,7 @@ func (f *File) unpack(ctx context.Context, drop bool) error {
 	if !layer.LendFd(wf, func(fd int) { err = unix.Fremovexattr(fd, XattrName) }) {
 		return syscall.EIO
 	}
-	if err != nil && err != unix.ENODATA {
+	if err != nil && err != layer.ENOATTR {
 		return err
 	}
 	fs.addGarbage(dir, int64(len(f.n.data)))

@@ -368,7 +368,7 @@ func (fs *FS) addGarbage(dir string, n int64) {
 func (fs *FS) getRef(ctx context.Context, path string) (ref, bool, error) {
 	var b [maxRefLen + 1]byte
 	n, err := fs.Lower.Getxattr(layer.AsSelf(ctx), path, XattrName, b[:])
-	if err == syscall.ENODATA || err == syscall.ENOTSUP || err == syscall.EOPNOTSUPP {
+	if err == layer.ENOATTR || err == syscall.ENOTSUP || err == syscall.EOPNOTSUPP {
 		return ref{}, false, nil
 	}
 	if err != nil {
@@ -455,7 +455,7 @@ func (fs *FS) unpackPath(ctx context.Context, path string, a *layer.Attr, data [
 	if err != nil {
 		return err
 	}
-	if err := fs.Lower.Removexattr(sctx, path, XattrName); err != nil && err != syscall.ENODATA {
+	if err := fs.Lower.Removexattr(sctx, path, XattrName); err != nil && err != layer.ENOATTR {
 		return err
 	}
 	fs.mu.Lock()
@@ -649,7 +649,7 @@ func (fs *FS) Getxattr(ctx context.Context, path, name string, dest []byte) (int
 		return 0, syscall.ENOENT
 	}
 	if name == XattrName {
-		return 0, syscall.ENODATA
+		return 0, layer.ENOATTR
 	}
 	return fs.Lower.Getxattr(ctx, path, name, dest)
 }
@@ -683,7 +683,7 @@ func (fs *FS) Removexattr(ctx context.Context, path, name string) error {
 		return syscall.ENOENT
 	}
 	if name == XattrName {
-		return syscall.ENODATA
+		return layer.ENOATTR
 	}
 	return fs.Lower.Removexattr(ctx, path, name)
 }

@@ -486,7 +486,7 @@ func (fs *FS) compactDir(ctx context.Context, dir string, force bool) (what stri
 	}
 	keep := map[uint64]bool{next: true}
 	for name, r := range repoint {
-		if err := fs.Lower.Setxattr(sctx, layer.Join(dir, name), XattrName, r.encode(), unix.XATTR_REPLACE); err != nil {
+		if err := fs.Lower.Setxattr(sctx, layer.Join(dir, name), XattrName, r.encode(), layer.XattrReplace); err != nil {
 			keep[s.refs[name].pack] = true
 		}
 	}

@@ -1,3 +1,5 @@
+//go:build linux
+
 package union_test
 
 import (
