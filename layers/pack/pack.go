@@ -458,16 +458,22 @@ func (fs *FS) unpackPath(ctx context.Context, path string, a *layer.Attr, data [
 	if err := fs.Lower.Removexattr(sctx, path, XattrName); err != nil && err != layer.ENOATTR {
 		return err
 	}
+	fs.unpacked(a.ID())
+	fs.changed(a.ID())
+	return nil
+}
+
+// unpacked tells id's open node, if any, that its bytes are its lower
+// file's again.
+func (fs *FS) unpacked(id layer.ID) {
 	fs.mu.Lock()
-	n := fs.nodes[a.ID()]
+	n := fs.nodes[id]
 	fs.mu.Unlock()
 	if n != nil {
 		n.mu.Lock()
 		n.packed, n.data = false, nil
 		n.mu.Unlock()
 	}
-	fs.changed(a.ID())
-	return nil
 }
 
 // writeBack writes data into the lower file wf from offset 0, durably,
@@ -613,14 +619,7 @@ func (fs *FS) unpackFor(ctx context.Context, path string, drop bool) error {
 		if err := fs.Lower.Removexattr(layer.AsSelf(ctx), path, XattrName); err != nil {
 			return err
 		}
-		fs.mu.Lock()
-		n := fs.nodes[a.ID()]
-		fs.mu.Unlock()
-		if n != nil {
-			n.mu.Lock()
-			n.packed, n.data = false, nil
-			n.mu.Unlock()
-		}
+		fs.unpacked(a.ID())
 		return nil
 	}
 	var data []byte
