@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/space.sh: the space a tree takes (issue 19), side by side in one run:
 # plain ext4, btrfs compress-force=zstd:3 and compress=zstd:3, squashfs with
-# zstd (level 3 and mksquashfs's default 15), `tar | zstd -3` (the floor for a
+# zstd (level 3 and mksquashfs's default 15), rclone's compress remote (gzip)
+# where rclone is installed, `tar | zstd -3` (the floor for a
 # per-file scheme), `zstd -3` per file (the per-file floor), `gzip -r` and
 # `lz4` per file (the issue's references), and each cairn codec stack
 # (inline specs through `bin/cairn mount`, over a directory of the ext4).
@@ -181,6 +182,33 @@ for set in $SETS; do
 	t0=$(now); tar -C "$src" -cf - . | zstd -q -3 >"$W/t.tar.zst"; sync; tin=$(el "$t0" "$(now)")
 	row "$set" "tar \| zstd -3" "$(stat -c %s "$W/t.tar.zst")" - "$(du -k "$W/t.tar.zst" | cut -f1)" - - "$tin" -
 	rm -f "$W/t.tar.zst"
+
+	# rclone's compress remote (gzip, per file), where rclone is installed: a
+	# mount over a directory (bench/peers/rclone-compress.toml), written
+	# back at once, unmounted once every file is in the lower.
+	if command -v rclone >/dev/null; then
+		d=$W/rclone
+		mkdir -p "$d/lower" "$d/mnt" "$d/cache"
+		printf '[z]\ntype = compress\nremote = %s\n' "$d/lower" >"$d/rclone.conf"
+		rclone mount --config "$d/rclone.conf" --daemon --vfs-cache-mode writes --vfs-write-back 0s \
+			--cache-dir "$d/cache" z: "$d/mnt"
+		want=$(find "$src" -type f | wc -l)
+		t0=$(now)
+		cp -r "$src/." "$d/mnt/" # (rclone keeps no modes or owners: cp -a fails)
+		for _ in $(seq 600); do
+			[ "$(find "$d/lower" -type f | wc -l)" -ge "$want" ] && break
+			sleep 1
+		done
+		sync
+		tin=$(el "$t0" "$(now)")
+		fusermount3 -u "$d/mnt" || umount -l "$d/mnt"
+		if [ "$(find "$d/lower" -type f | wc -l)" -ge "$want" ]; then
+			space "$set" "rclone compress (gzip)" "$d/lower" "$tin" -
+		else
+			echo "space.sh: rclone compress: not every file reached the lower in 10 minutes; left out" >&2
+		fi
+		rm -rf "$d"
+	fi
 
 	# per-file tools, each on a copy: zstd -3, gzip -r (level 6), lz4 (level 1)
 	for tool in "zstd -3" "gzip -r" "lz4"; do
