@@ -65,6 +65,7 @@ DIR= IMG= LOOP=
 cleanup() {
 	set +e
 	mountpoint -q "$MNT" && { "$CAIRN" umount "$MNT" || umount -l "$MNT"; }
+	[ -n "${W:-}" ] && mountpoint -q "$W/rclone/mnt" && { fusermount3 -u "$W/rclone/mnt" || umount -l "$W/rclone/mnt"; }
 	mountpoint -q "$SQMNT" && umount "$SQMNT"
 	mountpoint -q "$BMNT" && umount "$BMNT"
 	[ -n "$BLOOP" ] && losetup -d "$BLOOP"
